@@ -1,0 +1,100 @@
+"""The ``draftlight`` command.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)``
+and ``run(args) -> int``; this file only wires them and turns expected
+failures into one clear line on stderr (never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+#: name -> (module, help). ``chat`` is what runs without a subcommand.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "chat": ("app.cmd_chat", "open the chat app (the default)"),
+    "generate": ("app.cmd_generate", "generate text from a prompt, headless"),
+    "bench": ("app.cmd_bench", "compare speculative types side by side"),
+    "lookup": ("app.cmd_lookup", "build, merge and inspect n-gram lookup caches"),
+    "doctor": ("app.cmd_doctor", "print what a bug report needs"),
+    "install-desktop": ("app.cmd_desktop", "install the desktop entry and icon"),
+    "uninstall-desktop": ("app.cmd_desktop", "remove the desktop entry and icon"),
+}
+
+
+class CliError(Exception):
+    """An expected failure: printed as one line, exit status 1."""
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from speculators.engine import GenerationError
+    from speculators.llama import ModelError
+    from speculators.params import ParamError
+    from speculators.template import ChatTemplateError
+    from speculators.types import UnknownSpecType
+    from speculators.chain import Unavailable
+
+    from .models import DefaultModelError
+    errs: list[type[BaseException]] = [CliError, GenerationError, ModelError, ParamError, ChatTemplateError,
+                                       UnknownSpecType, DefaultModelError, Unavailable, FileNotFoundError,
+                                       IsADirectoryError, PermissionError]
+    try:
+        from speculators.ngram_cache import CorruptCacheError
+        errs.append(CorruptCacheError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="draftlight",
+        description="Chat with local GGUF models and watch speculative decoding at work.",
+    )
+    parser.add_argument("--version", action="version", version=f"draftlight {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (modname, help_) in COMMANDS.items():
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        p = sub.add_parser(name, help=help_, description=help_)
+        mod.add_arguments(p, name) if _takes_name(mod) else mod.add_arguments(p)
+        p.set_defaults(_module=mod, command=name)
+    return parser
+
+
+def _takes_name(mod) -> bool:
+    import inspect
+    return len(inspect.signature(mod.add_arguments).parameters) > 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    known = {a for a in COMMANDS} | {"-h", "--help", "--version"}
+    # ``draftlight [chat flags]`` opens the chat app.
+    if not argv or (argv[0] not in known and argv[0].startswith("-")):
+        argv = ["chat", *argv]
+    args = parser.parse_args(argv)
+    if getattr(args, "_module", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("draftlight: interrupted", file=sys.stderr)
+        return 130
+    except _expected_errors() as e:
+        msg = str(e) or e.__class__.__name__
+        if isinstance(e, FileNotFoundError) and e.filename:
+            msg = f"file not found: {e.filename}"
+        print(f"draftlight: error: {msg}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

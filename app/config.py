@@ -1,0 +1,120 @@
+"""Settings in ``config.toml`` (read with tomllib, written with tomli-w).
+
+Layout::
+
+    [model]        path, ctx_size, threads, n_gpu_layers
+    [sampling]     temperature, top_k, top_p, min_p, seed
+    [speculation]  types = ["ngram-mod", ...], and one table per type:
+    [speculation.draft] n_max, n_min, p_min, ...
+    [speculation.ngram_mod] n_match, n_min, n_max
+    [ui]           theme, colouring, ...
+
+Flags given on the command line win over the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+import tomli_w
+
+from speculators.params import ParamError, SpecParams
+from speculators.sampling import SamplingParams
+
+from . import paths
+from .fileutil import atomic_write_bytes
+from .options import ModelOptions
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class Config:
+    model: ModelOptions = field(default_factory=ModelOptions)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    spec: SpecParams = field(default_factory=SpecParams)
+    ui: dict[str, Any] = field(default_factory=dict)
+    max_tokens: int = 1024
+    system_prompt: str = ""
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        model = {"ctx_size": self.model.ctx_size}
+        if self.model.model:
+            model["path"] = self.model.model
+        if self.model.threads:
+            model["threads"] = self.model.threads
+        if self.model.n_gpu_layers is not None:
+            model["n_gpu_layers"] = self.model.n_gpu_layers
+        return {
+            "max_tokens": self.max_tokens,
+            "system_prompt": self.system_prompt,
+            "model": model,
+            "sampling": dataclasses.asdict(self.sampling),
+            "speculation": self.spec.to_dict(),
+            "ui": dict(self.ui),
+        }
+
+    @classmethod
+    def from_toml_dict(cls, data: dict[str, Any]) -> "Config":
+        c = cls()
+        try:
+            c.max_tokens = int(data.get("max_tokens", c.max_tokens))
+            c.system_prompt = str(data.get("system_prompt", ""))
+            m = data.get("model", {})
+            c.model = ModelOptions(model=m.get("path"), ctx_size=int(m.get("ctx_size", 4096)),
+                                   threads=m.get("threads"), n_gpu_layers=m.get("n_gpu_layers"))
+            s = data.get("sampling", {})
+            known = {f.name for f in dataclasses.fields(SamplingParams)}
+            unknown = set(s) - known
+            if unknown:
+                raise ConfigError(f"unknown setting sampling.{sorted(unknown)[0]}")
+            c.sampling = SamplingParams(**{k: type(getattr(SamplingParams(), k))(v) for k, v in s.items()})
+            c.sampling.validate()
+            c.spec = SpecParams.from_dict(data.get("speculation", {}))
+            c.spec.validate()
+            c.ui = dict(data.get("ui", {}))
+        except ParamError as e:
+            raise ConfigError(f"bad value in config: {e}") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(f"bad value in config: {e}") from None
+        return c
+
+
+def load(path: Path | None = None) -> Config:
+    """Read the config; a missing file gives the defaults.
+
+    A file that does not parse raises :class:`ConfigError` naming the file
+    and the line; the file is left untouched.
+    """
+    path = path or paths.config_file()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Config()
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+    try:
+        return Config.from_toml_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def save(config: Config, path: Path | None = None) -> Path:
+    path = path or paths.config_file()
+    atomic_write_bytes(path, tomli_w.dumps(config.to_toml_dict()).encode("utf-8"))
+    return path

@@ -1,0 +1,165 @@
+"""Command-line flags shared by every command, with llama.cpp's names.
+
+Flags default to None so that a value given on the command line can win
+over ``config.toml`` while unset flags leave the config alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from speculators.params import SpecParams
+from speculators.sampling import SamplingParams
+from speculators.types import all_types_str, parse_types
+
+
+def _int(v: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {v!r}") from None
+
+
+def _float(v: str) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {v!r}") from None
+
+
+def _floats(v: str) -> list[float]:
+    try:
+        return [float(x) for x in v.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {v!r}") from None
+
+
+def _ngl(v: str) -> int:
+    if v in ("all", "auto"):
+        return -1 if v == "auto" else 999
+    return _int(v)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("-m", "--model", help="GGUF model file (default: the embedded Gemma 3 270M)")
+    g.add_argument("-c", "--ctx-size", type=_int, dest="ctx_size", help="context size in tokens (default 4096)")
+    g.add_argument("-t", "--threads", type=_int, help="CPU threads (default: physical cores)")
+    g.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=_ngl, dest="n_gpu_layers",
+                   help="layers to offload to the GPU: a number, 'auto' or 'all'")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temp", "--temperature", type=_float, dest="temp", help="temperature (0 = greedy; default 0.8)")
+    g.add_argument("--top-k", type=_int, dest="top_k", help="top-k (default 40, 0 = off)")
+    g.add_argument("--top-p", type=_float, dest="top_p", help="top-p (default 0.95)")
+    g.add_argument("--min-p", type=_float, dest="min_p", help="min-p (default 0.05)")
+    g.add_argument("-s", "--seed", type=_int, help="RNG seed (default: random)")
+
+
+def add_spec_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("speculative decoding (llama.cpp's flags)")
+    g.add_argument("--spec-type", dest="spec_type", metavar="LIST",
+                   help=f"comma-separated speculative types: {all_types_str()} (default: none)")
+    g.add_argument("-md", "--spec-draft-model", "--model-draft", dest="spec_draft_model", metavar="FNAME",
+                   help="draft model for draft-simple")
+    g.add_argument("--spec-draft-n-max", type=_int, dest="spec_draft_n_max", help="max draft tokens (default 3)")
+    g.add_argument("--spec-draft-n-min", type=_int, dest="spec_draft_n_min", help="min draft tokens (default 0)")
+    g.add_argument("--spec-draft-p-min", type=_float, dest="spec_draft_p_min",
+                   help="min draft probability (default 0.0)")
+    g.add_argument("-ngld", "--spec-draft-ngl", type=_ngl, dest="spec_draft_ngl",
+                   help="draft model layers on the GPU")
+    g.add_argument("--spec-draft-ctx", type=_int, dest="spec_draft_ctx", help="draft context size (default: target's)")
+    g.add_argument("-td", "--spec-draft-threads", type=_int, dest="spec_draft_threads", help="draft threads")
+    for kind in ("simple", "map-k", "map-k4v"):
+        k = kind.replace("-", "_")
+        g.add_argument(f"--spec-ngram-{kind}-size-n", type=_int, dest=f"spec_ngram_{k}_size_n",
+                       help=f"ngram-{kind}: lookup n-gram length (default 12)")
+        g.add_argument(f"--spec-ngram-{kind}-size-m", type=_int, dest=f"spec_ngram_{k}_size_m",
+                       help=f"ngram-{kind}: draft m-gram length (default 48)")
+        g.add_argument(f"--spec-ngram-{kind}-min-hits", type=_int, dest=f"spec_ngram_{k}_min_hits",
+                       help=f"ngram-{kind}: minimum hits (default 1)")
+    g.add_argument("--spec-ngram-mod-n-match", type=_int, dest="spec_ngram_mod_n_match",
+                   help="ngram-mod lookup length (default 24)")
+    g.add_argument("--spec-ngram-mod-n-min", type=_int, dest="spec_ngram_mod_n_min",
+                   help="ngram-mod min draft (default 48)")
+    g.add_argument("--spec-ngram-mod-n-max", type=_int, dest="spec_ngram_mod_n_max",
+                   help="ngram-mod max draft (default 64)")
+    g.add_argument("-lcs", "--lookup-cache-static", dest="lookup_cache_static", metavar="FNAME",
+                   help="static lookup cache for ngram-cache")
+    g.add_argument("-lcd", "--lookup-cache-dynamic", dest="lookup_cache_dynamic", metavar="FNAME",
+                   help="dynamic lookup cache for ngram-cache")
+    g.add_argument("--spec-synth-len", type=_float, dest="spec_synth_len", metavar="L",
+                   help="synthetic mean acceptance length (benchmarking only)")
+    g.add_argument("--spec-synth-rates", type=_floats, dest="spec_synth_rates", metavar="P0,P1,...",
+                   help="synthetic per-position acceptance rates (benchmarking only)")
+
+
+_SPEC_FLAG_MAP = {
+    "spec_draft_model": ("draft", "model"),
+    "spec_draft_n_max": ("draft", "n_max"),
+    "spec_draft_n_min": ("draft", "n_min"),
+    "spec_draft_p_min": ("draft", "p_min"),
+    "spec_draft_ngl": ("draft", "n_gpu_layers"),
+    "spec_draft_ctx": ("draft", "n_ctx"),
+    "spec_draft_threads": ("draft", "n_threads"),
+    "spec_ngram_mod_n_match": ("ngram_mod", "n_match"),
+    "spec_ngram_mod_n_min": ("ngram_mod", "n_min"),
+    "spec_ngram_mod_n_max": ("ngram_mod", "n_max"),
+    "lookup_cache_static": ("ngram_cache", "lookup_cache_static"),
+    "lookup_cache_dynamic": ("ngram_cache", "lookup_cache_dynamic"),
+}
+for _kind in ("simple", "map_k", "map_k4v"):
+    for _f in ("size_n", "size_m", "min_hits"):
+        _SPEC_FLAG_MAP[f"spec_ngram_{_kind}_{_f}"] = (f"ngram_{_kind}", _f)
+
+
+def spec_from_args(args: argparse.Namespace, base: SpecParams | None = None) -> SpecParams:
+    """Apply the spec flags that were given on top of ``base``; validate."""
+    p = (base or SpecParams()).copy()
+    if getattr(args, "spec_type", None) is not None:
+        p.types = parse_types(args.spec_type)
+    for flag, (section, name) in _SPEC_FLAG_MAP.items():
+        v = getattr(args, flag, None)
+        if v is not None:
+            setattr(getattr(p, section), name, v)
+    if getattr(args, "spec_synth_len", None) is not None:
+        p.synth_len = args.spec_synth_len
+    if getattr(args, "spec_synth_rates", None) is not None:
+        p.synth_rates = list(args.spec_synth_rates)
+    p.validate()
+    return p
+
+
+def sampling_from_args(args: argparse.Namespace, base: SamplingParams | None = None) -> SamplingParams:
+    s = SamplingParams(**(base.__dict__ if base else {}))
+    for flag, name in (("temp", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
+                       ("min_p", "min_p"), ("seed", "seed")):
+        v = getattr(args, flag, None)
+        if v is not None:
+            setattr(s, name, v)
+    s.validate()
+    return s
+
+
+@dataclass
+class ModelOptions:
+    model: str | None = None
+    ctx_size: int = 4096
+    threads: int | None = None
+    n_gpu_layers: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def model_options_from_args(args: argparse.Namespace, base: ModelOptions | None = None) -> ModelOptions:
+    m = ModelOptions(**(base.__dict__ if base else {}))
+    for name in ("model", "ctx_size", "threads", "n_gpu_layers"):
+        v = getattr(args, name, None)
+        if v is not None:
+            setattr(m, name, v)
+    if m.ctx_size is not None and m.ctx_size < 0:
+        from speculators.params import ParamError
+        raise ParamError("ctx_size", "must be >= 0")
+    return m

@@ -1,0 +1,59 @@
+"""Opening the engine from the app's options (default model, GPU layers)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from speculators.engine import Engine, EngineConfig
+from speculators.params import SpecParams
+
+from .models import ensure_default_model
+from .options import ModelOptions
+
+
+def gpu_offload_available() -> bool:
+    import llama_cpp as lc
+    try:
+        return bool(lc.llama_supports_gpu_offload())
+    except Exception:  # pragma: no cover
+        return False
+
+
+def default_gpu_layers() -> int:
+    """Everything on the GPU when a GPU backend is built in, else none."""
+    return 999 if gpu_offload_available() else 0
+
+
+def resolve_model_path(opts: ModelOptions, progress: Callable[[int, int, str], None] | None = None) -> str:
+    if opts.model:
+        return opts.model
+    return str(ensure_default_model(progress))
+
+
+def engine_config(opts: ModelOptions) -> EngineConfig:
+    ngl = opts.n_gpu_layers
+    if ngl is None or ngl == -1:
+        ngl = default_gpu_layers()
+    return EngineConfig(n_ctx=opts.ctx_size if opts.ctx_size is not None else 4096,
+                        n_threads=opts.threads, n_gpu_layers=ngl)
+
+
+def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
+                progress: Callable[[int, int, str], None] | None = None) -> Engine:
+    path = resolve_model_path(opts, progress)
+    return Engine(path, engine_config(opts), spec)
+
+
+def stderr_progress(done: int, total: int, phase: str) -> None:
+    """A one-line progress bar on stderr (for the first run's model assembly)."""
+    if not sys.stderr.isatty() and done < total:
+        return
+    width = 30
+    frac = done / total if total else 1.0
+    bar = "#" * int(frac * width)
+    label = {"assemble": "Preparing the default model", "verify": "Checking the default model"}.get(phase, phase)
+    sys.stderr.write(f"\r{label}: [{bar:<{width}}] {frac * 100:5.1f}%")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

@@ -1,0 +1,384 @@
+"""The generation loop: draft, verify in one batch, accept, roll back.
+
+One step, as llama.cpp's server does it::
+
+    draft   = chain.draft(history, id_last)            # may be empty
+    decode([id_last] + draft) at n_past, logits for every row
+    ids     = sampler.sample_and_accept_n(rows, draft)  # agreeing prefix + 1
+    chain.accept(len(ids) - 1)
+    drop the KV cells of the rejected draft tokens      # or restore a checkpoint
+    emit ids; id_last = ids[-1]
+
+Because every emitted token is the one the target's own sampler picks at
+that position, the output equals plain decoding (up to the numerical
+differences between batched and one-token evaluation).
+
+>>> # doctest: +SKIP
+>>> eng = Engine("model.gguf")
+>>> eng.set_spec(SpecParams.from_types("ngram-mod"))
+>>> for ev in eng.generate(eng.prompt_tokens(text="Hello"), max_tokens=16):
+...     if isinstance(ev, StepEvent):
+...         print("".join(t.text for t in ev.tokens), end="")
+"""
+
+from __future__ import annotations
+
+import codecs
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import llama_cpp as lc
+
+from .base import DraftRequest
+from .chain import SpeculatorChain
+from .events import (
+    STOP_CANCELLED, STOP_CONTEXT, STOP_EOG, STOP_LENGTH, STOP_STRING,
+    Event, FinishEvent, GenerationResult, GenerationStats, StatsEvent, StepEvent, TokenEvent,
+)
+from .llama import Context, ContextFull, Model, ModelError
+from .params import SpecParams
+from .sampling import SamplingParams, Sampler
+from .template import ChatTemplate, builtin_template_for
+
+
+class GenerationError(ValueError):
+    """The request cannot be served (empty prompt, prompt too long, ...)."""
+
+
+@dataclass
+class EngineConfig:
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    #: use state checkpoints even when the context can drop a partial
+    #: sequence (tests the path recurrent/hybrid models need)
+    force_checkpoints: bool = False
+    #: reuse the KV cache of a common prompt prefix between generations
+    reuse_prefix: bool = True
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: Sequence[str] = ()
+
+
+class Engine:
+    """A target model, its context, and the speculator chain."""
+
+    def __init__(self, model_path: str, config: EngineConfig | None = None,
+                 spec: SpecParams | None = None, model: Model | None = None):
+        self.config = config or EngineConfig()
+        c = self.config
+        self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers)
+        self.ctx = Context(self.model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads)
+        self.seq_rm_type = self.ctx.can_seq_rm()
+        if self.seq_rm_type == "no":
+            raise ModelError(f"the context of {self.model.path} has no memory to decode with")
+        self.use_checkpoints = c.force_checkpoints or self.seq_rm_type == "full"
+        self.n_swa = int(lc.llama_model_n_swa(self.model.ptr))
+        bos = self.model.info.bos
+        eos = self.model.info.eos
+        source = self.model.chat_template()
+        if source is None:
+            source = builtin_template_for(
+                {t for t in ("<start_of_turn>", "<end_of_turn>") if self._is_single_special(t)})
+        self.template = ChatTemplate(
+            source,
+            bos_token=self.model.token_text(bos) if bos >= 0 else "",
+            eos_token=self.model.token_text(eos) if eos >= 0 else "",
+        )
+        #: tokens whose KV cells are in the context (position i holds kv_tokens[i])
+        self.kv_tokens: list[int] = []
+        self.spec = spec or SpecParams()
+        self.chain: SpeculatorChain | None = None
+        self.set_spec(self.spec)
+
+    def _is_single_special(self, text: str) -> bool:
+        toks = self.model.tokenize(text, add_special=False, parse_special=True)
+        return len(toks) == 1
+
+    # -- speculation ---------------------------------------------------------
+    def set_spec(self, params: SpecParams, resources: dict | None = None) -> SpeculatorChain:
+        """(Re)build the speculator chain; the target model stays loaded."""
+        res = {"model": self.model, "engine": self}
+        res.update(resources or {})
+        chain = SpeculatorChain.from_params(params, res)
+        if self.chain is not None:
+            self.chain.close()
+        self.spec = params
+        self.chain = chain
+        return chain
+
+    # -- prompts ---------------------------------------------------------------
+    def prompt_tokens(self, messages: Sequence[dict] | None = None, text: str | None = None,
+                      raw: bool = False) -> list[int]:
+        """Tokens for a chat (rendered with the model's template) or raw text."""
+        if raw or messages is None:
+            if text is None:
+                raise GenerationError("no prompt given")
+            if raw:
+                return self.model.tokenize(text, add_special=True, parse_special=False)
+            messages = [{"role": "user", "content": text}]
+        rendered = self.template.render(messages, add_generation_prompt=True)
+        toks = self.model.tokenize(rendered, add_special=False, parse_special=True)
+        info = self.model.info
+        if info.add_bos and info.bos >= 0 and (not toks or toks[0] != info.bos):
+            toks.insert(0, info.bos)
+        return toks
+
+    # -- generation ----------------------------------------------------------
+    def generate(self, prompt: Sequence[int], max_tokens: int = 512,
+                 sampling: SamplingParams | None = None, stop: Sequence[str] = (),
+                 cancel: Callable[[], bool] | None = None,
+                 stats_interval_s: float = 0.25) -> Iterator[Event]:
+        """Yield :class:`StepEvent` s, :class:`StatsEvent` s, then one :class:`FinishEvent`."""
+        sampling = sampling or SamplingParams()
+        prompt = list(prompt)
+        if not prompt:
+            raise GenerationError("the prompt is empty")
+        if max_tokens <= 0:
+            raise GenerationError("max tokens must be at least 1")
+        n_ctx = self.ctx.n_ctx
+        if len(prompt) >= n_ctx:
+            raise GenerationError(
+                f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}; "
+                f"shorten it or raise the context size")
+        chain = self.chain
+        assert chain is not None
+        sampler = Sampler(sampling, self.model)
+        synth_probs = chain.synth_probs
+        synth_rng = random.Random(sampler.seed if sampling.seed != 0xFFFFFFFF else None)
+        stats = GenerationStats(n_prompt=len(prompt), synthetic=bool(synth_probs))
+        base_spec_stats = chain.stats()
+        try:
+            yield from self._run(prompt, max_tokens, sampler, tuple(stop), cancel, chain, stats,
+                                 synth_probs, synth_rng, stats_interval_s, base_spec_stats)
+        finally:
+            sampler.close()
+
+    def _prefill(self, prompt: list[int]) -> int:
+        """Decode the prompt, reusing a cached prefix; returns tokens reused."""
+        keep = 0
+        if self.config.reuse_prefix and not self.use_checkpoints:
+            kv = self.kv_tokens
+            m = min(len(kv), len(prompt) - 1)  # the last prompt token is always decoded
+            while keep < m and kv[keep] == prompt[keep]:
+                keep += 1
+            drop = len(kv) - keep
+            if self.n_swa > 0 and drop > self.ctx.n_batch // 2:
+                keep = 0  # the sliding-window cache may no longer hold what we'd need
+        if keep == 0:
+            self.ctx.clear()
+        elif not self.ctx.seq_rm(keep, -1):
+            self.ctx.clear()
+            keep = 0
+        self.kv_tokens = list(prompt[:keep])
+        try:
+            self.ctx.decode(prompt[keep:], keep, logits="last")
+        except Exception:
+            self.ctx.clear()
+            self.kv_tokens = []
+            raise
+        self.kv_tokens = list(prompt)
+        return keep
+
+    def _run(self, prompt, max_tokens, sampler: Sampler, stop, cancel, chain: SpeculatorChain,
+             stats: GenerationStats, synth_probs, synth_rng, stats_interval_s, base_spec_stats):
+        model, ctx = self.model, self.ctx
+        n_ctx = ctx.n_ctx
+        t0 = time.perf_counter()
+        keep = self._prefill(prompt)
+        stats.n_prompt_reused = keep
+        chain.begin(prompt)
+        chain.process(prompt[keep:], keep)
+        id_last = sampler.sample(ctx, -1)
+        t1 = time.perf_counter()
+        stats.t_prompt_s = t1 - t0
+
+        history: list[int] = list(prompt)  # tokens in the KV cache, in order
+        n_past = len(prompt)
+        out_tokens: list[int] = []
+        out_by: list[str | None] = []
+        out_pos: list[int | None] = []
+        text_parts: list[str] = []
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text_len = 0
+        max_stop = max((len(s) for s in stop), default=0)
+        finish: str | None = None
+        last_stats = t1
+
+        def emit(tokens: Sequence[int], by: str | None, n_draft: int) -> tuple[list[TokenEvent], str | None]:
+            """Turn accepted ids into events; stop at EOG, stop strings, max tokens."""
+            nonlocal text_len
+            evs: list[TokenEvent] = []
+            for i, tok in enumerate(tokens):
+                drafted = i < n_draft
+                if model.is_eog(tok):
+                    return evs, STOP_EOG
+                piece = decoder.decode(model.token_bytes(tok))
+                reason = None
+                if max_stop and piece:
+                    tail_start = max(0, text_len - max_stop)
+                    window = "".join(text_parts)[tail_start:] + piece
+                    for s in stop:
+                        j = window.find(s)
+                        if j >= 0:
+                            cut = tail_start + j - text_len  # offset within piece (may be < 0)
+                            if cut < 0:
+                                # the stop string began in earlier text: trim it
+                                full = "".join(text_parts)
+                                text_parts[:] = [full[:text_len + cut]]
+                                text_len += cut
+                                piece = ""
+                            else:
+                                piece = piece[:cut]
+                            reason = STOP_STRING
+                            break
+                ev = TokenEvent(len(out_tokens), tok, piece,
+                                by if drafted else None, i if drafted else None)
+                out_tokens.append(tok)
+                out_by.append(ev.drafted_by)
+                out_pos.append(ev.draft_pos)
+                text_parts.append(piece)
+                text_len += len(piece)
+                evs.append(ev)
+                if reason:
+                    return evs, reason
+                if len(out_tokens) >= max_tokens:
+                    return evs, STOP_LENGTH
+            return evs, None
+
+        evs, finish = emit([id_last], None, 0)
+        stats.n_generated = len(out_tokens)
+        yield StepEvent(evs)
+
+        while finish is None:
+            if cancel is not None and cancel():
+                finish = STOP_CANCELLED
+                break
+            if n_past >= n_ctx:
+                finish = STOP_CONTEXT
+                break
+            remaining = max_tokens - len(out_tokens)
+            room = n_ctx - n_past - 1
+            n_max = min(chain.n_max, remaining - 1, room)
+            draft: list[int] = []
+            if n_max > 0 and chain.speculators:
+                draft = chain.draft(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=n_max))
+            drafter = chain.last_drafter if draft else None
+            batch = [id_last] + draft
+            ckpt = None
+            if draft and self.use_checkpoints:
+                ckpt = ctx.state_get(partial=model.is_hybrid or model.is_recurrent)
+            try:
+                ctx.decode(batch, n_past, logits="all" if draft else "last")
+            except ContextFull:
+                finish = STOP_CONTEXT
+                break
+            chain.process(batch, n_past)
+            if not draft:
+                ids = [sampler.sample(ctx, -1)]
+            elif synth_probs:
+                ids = self._accept_synth(sampler, draft, synth_probs, synth_rng)
+            else:
+                ids = sampler.sample_and_accept_n(ctx, range(len(batch)), draft)
+            n_acc = len(ids) - 1
+            if draft:
+                chain.accept(n_acc)
+                stats.n_drafted += len(draft)
+                stats.n_accepted += n_acc
+            stats.n_steps += 1
+            # the KV cache now holds id_last and the accepted drafts
+            history.append(id_last)
+            history.extend(ids[:-1])
+            n_keep = n_past + len(ids)
+            if len(batch) > len(ids):
+                if ckpt is not None:
+                    ctx.state_set(ckpt, partial=model.is_hybrid or model.is_recurrent)
+                    ctx.seq_rm(n_past, -1)
+                    ctx.decode([id_last] + ids[:-1], n_past, logits="none")
+                else:
+                    ctx.seq_rm(n_keep, -1)
+            n_past = n_keep
+            self.kv_tokens = list(history)
+            id_last = ids[-1]
+            evs, finish = emit(ids, drafter, len(ids) - 1)
+            stats.n_generated = len(out_tokens)
+            yield StepEvent(evs, drafter, len(draft), n_acc)
+            now = time.perf_counter()
+            if now - last_stats >= stats_interval_s:
+                last_stats = now
+                stats.t_gen_s = now - t1
+                stats.speculators = _diff_stats(chain, base_spec_stats)
+                yield StatsEvent(stats)
+
+        if finish != STOP_STRING:
+            text_parts.append(decoder.decode(b"", final=True))
+        stats.t_gen_s = time.perf_counter() - t1
+        stats.n_generated = len(out_tokens)
+        stats.speculators = _diff_stats(chain, base_spec_stats)
+        message = {
+            STOP_EOG: "the model ended its reply",
+            STOP_STRING: "a stop string appeared",
+            STOP_LENGTH: f"reached the limit of {max_tokens} tokens",
+            STOP_CONTEXT: f"the context of {n_ctx} tokens is full",
+            STOP_CANCELLED: "stopped",
+        }.get(finish or "", "")
+        result = GenerationResult("".join(text_parts), out_tokens, out_by, out_pos,
+                                  finish or STOP_EOG, stats, message)
+        yield StatsEvent(stats)
+        yield FinishEvent(result)
+
+    def _accept_synth(self, sampler: Sampler, draft: list[int], probs: Sequence[float],
+                      rng: random.Random) -> list[int]:
+        """Synthetic acceptance (benchmarking): accept draft tokens at random."""
+        out: list[int] = []
+        for i, d in enumerate(draft):
+            tok = sampler.sample(self.ctx, i)
+            if rng.random() < probs[i] and not self.model.is_eog(d):
+                out.append(d)
+                continue
+            out.append(tok)
+            return out
+        out.append(sampler.sample(self.ctx, len(draft)))
+        return out
+
+    def run(self, prompt: Sequence[int], **kw) -> GenerationResult:
+        """Generate to the end and return the result (no streaming)."""
+        result = None
+        for ev in self.generate(prompt, **kw):
+            if isinstance(ev, FinishEvent):
+                result = ev.result
+        assert result is not None
+        return result
+
+    def close(self) -> None:
+        if self.chain is not None:
+            self.chain.close()
+            self.chain = None
+        self.ctx.close()
+        self.model.close()
+
+
+def _diff_stats(chain: SpeculatorChain, base) -> dict:
+    """Per-speculator stats of this generation only (chain stats accumulate)."""
+    out = {}
+    for name, s in chain.stats().items():
+        b = base.get(name)
+        if b is None:
+            out[name] = s
+            continue
+        d = s.copy()
+        for k in ("n_call_begin", "n_call_draft", "n_call_accept", "n_gen_drafts", "n_acc_drafts",
+                  "n_gen_tokens", "n_acc_tokens", "t_begin_us", "t_draft_us", "t_accept_us"):
+            setattr(d, k, getattr(s, k) - getattr(b, k))
+        d.n_acc_tokens_per_pos = [x - (b.n_acc_tokens_per_pos[i] if i < len(b.n_acc_tokens_per_pos) else 0)
+                                  for i, x in enumerate(s.n_acc_tokens_per_pos)]
+        out[name] = d
+    return out

