@@ -1,0 +1,300 @@
+"""``draftlight bench``: speculative types side by side, in one process.
+
+For the same prompts it runs llama-cpp-python's own plain generation (the
+reference speed), ``none`` through draftlight's loop, and every listed
+type, then reports per type: tokens/s, speedup over ``none``, drafted and
+accepted tokens, mean acceptance length, drafting cost per call, whether
+the output equals ``none``'s, and the *ceiling*: the tokens/s of one
+batched verify at full acceptance for the same draft length, measured on
+this machine — so a speedup can be read against what is possible here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from speculators.params import SpecParams
+from speculators.sampling import SamplingParams
+from speculators.types import parse_types
+
+from . import config as config_mod
+from .options import add_model_args, add_spec_args, model_options_from_args, spec_from_args
+from .runtime import engine_config, resolve_model_path, stderr_progress
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--prompt-file", action="append", default=[],
+                   help="prompts, separated by lines of '---' (repeatable)")
+    p.add_argument("-p", "--prompt", action="append", default=[], help="a prompt (repeatable)")
+    p.add_argument("-n", "--max-tokens", type=int, default=128, dest="max_tokens",
+                   help="tokens to generate per prompt (default 128)")
+    p.add_argument("--raw", action="store_true", help="plain prompts, without the chat template")
+    p.add_argument("--repeat", type=int, default=1, help="run each prompt this many times (default 1)")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip llama-cpp-python's own generation as a reference")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_model_args(p)
+    add_spec_args(p)
+
+
+def load_prompts(args: argparse.Namespace) -> list[str]:
+    prompts = [p for p in args.prompt if p.strip()]
+    for path in args.prompt_file:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        parts = [part.strip("\n") for part in _split(text)]
+        prompts.extend(p for p in parts if p.strip())
+    if not prompts:
+        from .cli import CliError
+        raise CliError("no prompts: pass --prompt-file FILE or --prompt TEXT")
+    return prompts
+
+
+def _split(text: str) -> list[str]:
+    parts, cur = [], []
+    for line in text.splitlines():
+        if line.strip() == "---":
+            parts.append("\n".join(cur))
+            cur = []
+        else:
+            cur.append(line)
+    parts.append("\n".join(cur))
+    return parts
+
+
+@dataclass
+class Row:
+    name: str
+    tokens: int = 0
+    seconds: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+    draft_calls: int = 0
+    draft_us: float = 0.0
+    equal_to_none: bool | None = None
+    mean_draft_len: float = 0.0
+    ceiling_tps: float | None = None
+    outputs: list[list[int]] = field(default_factory=list)
+    per_speculator: dict = field(default_factory=dict)
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self, base_tps: float | None) -> dict:
+        return {
+            "name": self.name,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 4),
+            "tokens_per_s": round(self.tps, 2),
+            "speedup_vs_none": round(self.tps / base_tps, 3) if base_tps else None,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None,
+            "mean_acceptance_length": round(self.tokens / self.steps, 3) if self.steps else None,
+            "draft_ms_per_call": round(self.draft_us / self.draft_calls / 1000, 4) if self.draft_calls else None,
+            "mean_draft_len": round(self.mean_draft_len, 2),
+            "ceiling_tokens_per_s": round(self.ceiling_tps, 2) if self.ceiling_tps else None,
+            "fraction_of_ceiling": round(self.tps / self.ceiling_tps, 3) if self.ceiling_tps else None,
+            "equal_to_none": self.equal_to_none,
+            "speculators": self.per_speculator,
+        }
+
+
+def _timed_generation(engine, prompts, max_tokens) -> Row:
+    """Run every prompt; time only token generation (prompt decoding excluded)."""
+    row = Row(engine.chain.speculators and ",".join(s.name for s in engine.chain.speculators) or "none")
+    greedy = SamplingParams(temperature=0.0)
+    per: dict[str, dict] = {}
+    for prompt in prompts:
+        res = engine.run(prompt, max_tokens=max_tokens, sampling=greedy)
+        s = res.stats
+        # time from the first token on (as llama-cpp-python's loop below)
+        row.tokens += max(0, s.n_generated - 1)
+        row.seconds += s.t_gen_s
+        row.drafted += s.n_drafted
+        row.accepted += s.n_accepted
+        row.steps += s.n_steps
+        row.outputs.append(res.tokens)
+        for name, st in s.speculators.items():
+            d = per.setdefault(name, {"drafts": 0, "drafted": 0, "accepted": 0, "calls": 0, "draft_us": 0.0})
+            d["drafts"] += st.n_gen_drafts
+            d["drafted"] += st.n_gen_tokens
+            d["accepted"] += st.n_acc_tokens
+            d["calls"] += st.n_call_draft
+            d["draft_us"] += st.t_draft_us
+            row.draft_calls += st.n_call_draft
+            row.draft_us += st.t_draft_us
+    row.per_speculator = {
+        n: {**d, "draft_ms_per_call": round(d["draft_us"] / d["calls"] / 1000, 4) if d["calls"] else None,
+            "draft_ms_per_token": round(d["draft_us"] / d["drafted"] / 1000, 4) if d["drafted"] else None}
+        for n, d in per.items()}
+    drafts = sum(d["drafts"] for d in per.values())
+    row.mean_draft_len = row.drafted / drafts if drafts else 0.0
+    return row
+
+
+def measure_ceiling(engine, prompt: list[int], draft_len: int, reps: int = 8) -> float:
+    """Tokens/s if every draft of ``draft_len`` tokens were accepted.
+
+    Decodes batches of ``draft_len + 1`` tokens after the prompt and samples
+    every row, as a verify step does, then rolls the cache back.
+    """
+    import numpy as np
+    ctx = engine.ctx
+    engine.kv_tokens = []
+    ctx.clear()
+    ctx.decode(prompt, 0, logits="last")
+    n = draft_len + 1
+    pos = len(prompt)
+    if pos + n * reps >= ctx.n_ctx:
+        reps = max(1, (ctx.n_ctx - pos - 1) // n)
+    batch = [int(np.argmax(ctx.logits(-1)))] * n
+    t0 = time.perf_counter()
+    for r in range(reps):
+        ctx.decode(batch, pos + r * n, logits="all")
+        for i in range(n):
+            int(np.argmax(ctx.logits(i)))
+    dt = time.perf_counter() - t0
+    ctx.clear()
+    return n * reps / dt if dt > 0 else 0.0
+
+
+def baseline_llama_cpp_python(model_path: str, cfg, prompts: list[list[int]], max_tokens: int) -> Row:
+    """llama-cpp-python's own greedy generation of the same prompts."""
+    from llama_cpp import Llama
+    llm = Llama(model_path=model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads or None,
+                n_threads_batch=cfg.n_threads or None, n_gpu_layers=cfg.n_gpu_layers,
+                n_batch=cfg.n_batch, verbose=False)
+    row = Row("llama-cpp-python")
+    try:
+        for prompt in prompts:
+            llm.reset()
+            out: list[int] = []
+            t_first = None
+            for tok in llm.generate(prompt, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
+                                    reset=True):
+                if t_first is None:
+                    t_first = time.perf_counter()
+                if llm._model.token_is_eog(tok) if hasattr(llm._model, "token_is_eog") else tok == llm.token_eos():
+                    break
+                out.append(tok)
+                if len(out) >= max_tokens:
+                    break
+            if t_first is not None:
+                row.seconds += time.perf_counter() - t_first
+                row.tokens += max(0, len(out) - 1)
+            row.outputs.append(out)
+    finally:
+        llm.close() if hasattr(llm, "close") else None
+    return row
+
+
+def run(args: argparse.Namespace) -> int:
+    from speculators.engine import Engine
+    from .cli import CliError
+
+    cfg = config_mod.Config()
+    mopts = model_options_from_args(args, cfg.model)
+    base_spec = spec_from_args(args, SpecParams())
+    spec_types = list(base_spec.types)
+    if not spec_types and getattr(args, "spec_type", None) is None:
+        raise CliError("pass --spec-type LIST with the types to compare with none")
+    if args.max_tokens <= 0:
+        raise CliError("--max-tokens must be at least 1")
+    texts = load_prompts(args) * max(1, args.repeat)
+    model_path = resolve_model_path(mopts, stderr_progress)
+    ecfg = engine_config(mopts)
+    ecfg.reuse_prefix = False
+    engine = Engine(model_path, ecfg, SpecParams())
+    report: dict = {"model": model_path, "n_ctx": engine.ctx.n_ctx, "threads": engine.ctx.n_threads,
+                    "max_tokens": args.max_tokens, "prompts": len(texts), "rows": []}
+    try:
+        prompts = [engine.prompt_tokens(text=t, raw=True) if args.raw else engine.prompt_tokens(text=t)
+                   for t in texts]
+        too_long = [len(p) for p in prompts if len(p) + args.max_tokens >= engine.ctx.n_ctx]
+        if too_long:
+            raise CliError(f"a prompt of {too_long[0]} tokens plus {args.max_tokens} to generate "
+                           f"does not fit the context of {engine.ctx.n_ctx}; raise -c")
+        _progress("warming up")
+        engine.run(prompts[0], max_tokens=8, sampling=SamplingParams(temperature=0.0))
+
+        rows: list[Row] = []
+        if not args.no_baseline:
+            _progress("llama-cpp-python")
+            rows.append(baseline_llama_cpp_python(model_path, ecfg, prompts, args.max_tokens))
+        _progress("none")
+        engine.set_spec(SpecParams())
+        none_row = _timed_generation(engine, prompts, args.max_tokens)
+        none_row.name = "none"
+        rows.append(none_row)
+        configs = [[t] for t in spec_types]
+        if len(spec_types) > 1:
+            configs.append(spec_types)
+        for types in configs:
+            name = ",".join(t.value for t in types)
+            _progress(name)
+            sp = base_spec.copy()
+            sp.types = parse_types([t.value for t in types])
+            engine.set_spec(sp)
+            for skipped, why in engine.chain.skipped.items():
+                print(f"draftlight: warning: {skipped} is off: {why}", file=sys.stderr)
+            row = _timed_generation(engine, prompts, args.max_tokens)
+            row.name = name
+            row.equal_to_none = row.outputs == none_row.outputs
+            if row.mean_draft_len >= 1:
+                row.ceiling_tps = measure_ceiling(engine, prompts[0], round(row.mean_draft_len))
+            rows.append(row)
+        base_tps = none_row.tps
+        for r in rows:
+            if r.name == "llama-cpp-python":
+                r.equal_to_none = [o[:len(n)] for o, n in zip(r.outputs, none_row.outputs)] == \
+                    [n[:len(o)] for o, n in zip(r.outputs, none_row.outputs)]
+        report["rows"] = [r.to_dict(base_tps) for r in rows]
+        if rows[0].name == "llama-cpp-python" and rows[0].tps > 0:
+            report["none_vs_llama_cpp_python"] = round(base_tps / rows[0].tps, 3)
+        report["synthetic"] = bool(base_spec.synth_len is not None or base_spec.synth_rates)
+    finally:
+        engine.close()
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_table(report)
+    return 0
+
+
+def _progress(name: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\rbench: {name:<60}")
+        sys.stderr.flush()
+
+
+def print_table(report: dict) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + " " * 70 + "\r")
+    print(f"model: {report['model']}  ctx {report['n_ctx']}  threads {report['threads']}  "
+          f"prompts {report['prompts']} × {report['max_tokens']} tokens")
+    hdr = f"{'type':<28}{'tok/s':>8}{'speedup':>9}{'drafted':>9}{'accepted':>9}{'acc%':>7}" \
+          f"{'mal':>6}{'ms/draft':>9}{'ceiling':>9}{'of ceil':>8}  same"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in report["rows"]:
+        def f(v, fmt):
+            return format(v, fmt) if v is not None else "-"
+        acc = r["acceptance_rate"]
+        print(f"{r['name'][:27]:<28}{r['tokens_per_s']:>8.1f}{f(r['speedup_vs_none'], '.2f'):>9}"
+              f"{r['drafted']:>9}{r['accepted']:>9}{f(acc * 100 if acc is not None else None, '.1f'):>7}"
+              f"{f(r['mean_acceptance_length'], '.2f'):>6}{f(r['draft_ms_per_call'], '.3f'):>9}"
+              f"{f(r['ceiling_tokens_per_s'], '.1f'):>9}{f(r['fraction_of_ceiling'], '.2f'):>8}  "
+              f"{'yes' if r['equal_to_none'] else ('-' if r['equal_to_none'] is None else 'NO')}")
+    if "none_vs_llama_cpp_python" in report:
+        print(f"none through draftlight's loop runs at {report['none_vs_llama_cpp_python']:.3f}× "
+              f"llama-cpp-python's own generation")
+    if report.get("synthetic"):
+        print("synthetic acceptance was on: outputs are not valid")

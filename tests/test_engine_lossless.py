@@ -1,0 +1,159 @@
+"""Lossless generation: speculation changes speed, never the output.
+
+Strict equality runs on the F16 copy of the default model, where a batched
+verify and one-token decoding agree; on the Q4_K_M default any divergence
+must sit at a near-tie of the target's own logits, which the test shows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speculators.engine import Engine, EngineConfig
+from speculators.events import FinishEvent, StepEvent
+from speculators.params import SpecParams
+from speculators.sampling import SamplingParams
+
+from .prompts import PROMPTS
+
+GREEDY = SamplingParams(temperature=0.0)
+MAX_TOKENS = 48
+NGRAM_TYPES = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
+CHAIN = ",".join(NGRAM_TYPES)
+
+
+def _spec(types: str) -> SpecParams:
+    p = SpecParams.from_types(types)
+    # ngram-mod's defaults (n_match 24, n_min 48) rarely fire on short replies;
+    # smaller values make it draft often enough to be tested here.
+    p.ngram_mod.n_match = 8
+    p.ngram_mod.n_min = 2
+    p.ngram_mod.n_max = 16
+    p.ngram_simple.size_n = 3
+    p.ngram_simple.size_m = 8
+    p.ngram_map_k.size_n = 3
+    p.ngram_map_k.size_m = 8
+    p.ngram_map_k4v.size_n = 3
+    p.ngram_map_k4v.size_m = 8
+    return p
+
+
+@pytest.fixture(scope="module")
+def f16_prompts(f16_engine):
+    toks = [f16_engine.prompt_tokens(text=p) for p in PROMPTS]
+    assert all(len(t) >= 128 for t in toks), [len(t) for t in toks]
+    return toks
+
+
+@pytest.fixture(scope="module")
+def none_outputs(f16_engine, f16_prompts):
+    f16_engine.set_spec(SpecParams())
+    return [f16_engine.run(p, max_tokens=MAX_TOKENS, sampling=GREEDY).tokens for p in f16_prompts]
+
+
+@pytest.mark.parametrize("types", NGRAM_TYPES + [CHAIN])
+def test_greedy_output_equals_none_on_f16(f16_engine, f16_prompts, none_outputs, types):
+    f16_engine.set_spec(_spec(types))
+    drafted = accepted = 0
+    for prompt, expected in zip(f16_prompts, none_outputs):
+        res = f16_engine.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY)
+        assert res.tokens == expected
+        drafted += res.stats.n_drafted
+        accepted += res.stats.n_accepted
+        # every accepted draft token names a speculator that is in the chain
+        assert set(filter(None, res.drafted_by)) <= set(types.split(","))
+        assert sum(1 for b in res.drafted_by if b) == res.stats.n_accepted
+    # the copy-heavy prompts make every one of these types draft something
+    assert drafted > 0
+    assert accepted > 0
+
+
+def test_default_ngram_mod_parameters_are_lossless_on_a_long_copy(f16_engine):
+    """ngram-mod with llama.cpp's own defaults (n_match 24, n_min 48) on a long copy task."""
+    prompt = f16_engine.prompt_tokens(text="Copy this text twice, exactly:\n\n" + PROMPTS[1] * 2)
+    f16_engine.set_spec(SpecParams())
+    plain = f16_engine.run(prompt, max_tokens=96, sampling=GREEDY)
+    f16_engine.set_spec(SpecParams.from_types("ngram-mod"))
+    spec = f16_engine.run(prompt, max_tokens=96, sampling=GREEDY)
+    assert spec.tokens == plain.tokens
+
+
+def test_checkpoint_rollback_path_is_lossless(f16_model_path, f16_prompts, none_outputs):
+    """The path for models that cannot drop a partial sequence (restore + replay)."""
+    eng = Engine(str(f16_model_path), EngineConfig(n_ctx=4096, n_threads=2, force_checkpoints=True,
+                                                   reuse_prefix=False))
+    try:
+        assert eng.use_checkpoints
+        eng.set_spec(_spec(CHAIN))
+        rejected = 0
+        for prompt, expected in list(zip(f16_prompts, none_outputs))[:3]:
+            res = eng.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY)
+            assert res.tokens == expected
+            rejected += res.stats.n_drafted - res.stats.n_accepted
+        assert rejected > 0, "no draft was rejected, so no checkpoint was restored"
+    finally:
+        eng.close()
+
+
+def test_seeded_sampling_is_reproducible_and_speculation_keeps_it(f16_engine, f16_prompts):
+    sampling = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, seed=1234)
+    prompt = f16_prompts[0]
+    f16_engine.set_spec(SpecParams())
+    a = f16_engine.run(prompt, max_tokens=40, sampling=sampling).tokens
+    b = f16_engine.run(prompt, max_tokens=40, sampling=sampling).tokens
+    assert a == b
+    other = f16_engine.run(prompt, max_tokens=40, sampling=SamplingParams(temperature=0.9, seed=99)).tokens
+    assert other != a
+    # the target's sampler draws once per emitted token with or without drafts
+    f16_engine.set_spec(_spec(CHAIN))
+    c = f16_engine.run(prompt, max_tokens=40, sampling=sampling).tokens
+    assert c == a
+
+
+def test_q4_divergence_only_at_near_ties(q4_engine):
+    """On Q4_K_M weights a batched verify may flip a near-tie; show that it is one."""
+    eng = q4_engine
+    checked = 0
+    for text in PROMPTS[:6]:
+        prompt = eng.prompt_tokens(text=text)
+        eng.set_spec(SpecParams())
+        plain = eng.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY).tokens
+        eng.set_spec(_spec(CHAIN))
+        spec = eng.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY).tokens
+        if spec == plain:
+            checked += 1
+            continue
+        k = next(i for i, (x, y) in enumerate(zip(plain, spec)) if x != y)
+        # the target's own logits at the divergence, decoded one token at a time
+        eng.set_spec(SpecParams())
+        ctx = eng.ctx
+        ctx.clear()
+        eng.kv_tokens = []
+        ctx.decode(prompt + plain[:k], 0, logits="last")
+        logits = np.array(ctx.logits(-1), dtype=np.float64)
+        margin = abs(logits[plain[k]] - logits[spec[k]])
+        top2 = set(np.argsort(logits)[-2:].tolist())
+        assert {plain[k], spec[k]} == top2, "the diverging tokens are not the target's top two"
+        assert margin < 1.0, f"divergence at {k} is not a near-tie (margin {margin:.3f})"
+        checked += 1
+    assert checked == 6
+
+
+def test_events_stream_in_order_and_finish_once(f16_engine, f16_prompts):
+    f16_engine.set_spec(_spec(CHAIN))
+    events = list(f16_engine.generate(f16_prompts[1], max_tokens=32, sampling=GREEDY))
+    finishes = [e for e in events if isinstance(e, FinishEvent)]
+    assert len(finishes) == 1 and events[-1] is finishes[0]
+    toks = [t for e in events if isinstance(e, StepEvent) for t in e.tokens]
+    assert [t.index for t in toks] == list(range(len(toks)))
+    res = finishes[0].result
+    assert [t.id for t in toks] == res.tokens
+    assert "".join(t.text for t in toks) == res.text
+    assert res.finish_reason == "length" and len(res.tokens) == 32
+    for e in events:
+        if isinstance(e, StepEvent) and e.drafted_by:
+            drafted = [t for t in e.tokens if t.drafted_by]
+            assert len(drafted) == e.n_accepted
+            assert [t.draft_pos for t in drafted] == list(range(e.n_accepted))
+            assert all(t.drafted_by == e.drafted_by for t in drafted)
