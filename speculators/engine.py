@@ -40,7 +40,8 @@ from .events import (
 from .llama import Context, ContextFull, Model, ModelError
 from .params import SpecParams
 from .sampling import SamplingParams, Sampler
-from .template import ChatTemplate, builtin_template_for
+from .template import ChatTemplate
+from .types import SpecType
 
 
 class GenerationError(ValueError):
@@ -58,6 +59,8 @@ class EngineConfig:
     force_checkpoints: bool = False
     #: reuse the KV cache of a common prompt prefix between generations
     reuse_prefix: bool = True
+    #: load the target's NextN/MTP layers (None: when the initial spec asks for draft-mtp)
+    load_mtp: bool | None = None
 
 
 @dataclass
@@ -75,7 +78,9 @@ class Engine:
                  spec: SpecParams | None = None, model: Model | None = None):
         self.config = config or EngineConfig()
         c = self.config
-        self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers)
+        load_mtp = c.load_mtp if c.load_mtp is not None else (
+            spec is not None and SpecType.DRAFT_MTP in spec.types)
+        self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers, load_mtp=load_mtp)
         self.ctx = Context(self.model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads)
         self.seq_rm_type = self.ctx.can_seq_rm()
         if self.seq_rm_type == "no":
@@ -84,12 +89,8 @@ class Engine:
         self.n_swa = int(lc.llama_model_n_swa(self.model.ptr))
         bos = self.model.info.bos
         eos = self.model.info.eos
-        source = self.model.chat_template()
-        if source is None:
-            source = builtin_template_for(
-                {t for t in ("<start_of_turn>", "<end_of_turn>") if self._is_single_special(t)})
         self.template = ChatTemplate(
-            source,
+            self.model.chat_template(),
             bos_token=self.model.token_text(bos) if bos >= 0 else "",
             eos_token=self.model.token_text(eos) if eos >= 0 else "",
         )
@@ -98,10 +99,6 @@ class Engine:
         self.spec = spec or SpecParams()
         self.chain: SpeculatorChain | None = None
         self.set_spec(self.spec)
-
-    def _is_single_special(self, text: str) -> bool:
-        toks = self.model.tokenize(text, add_special=False, parse_special=True)
-        return len(toks) == 1
 
     # -- speculation ---------------------------------------------------------
     def set_spec(self, params: SpecParams, resources: dict | None = None) -> SpeculatorChain:
@@ -376,7 +373,8 @@ def _diff_stats(chain: SpeculatorChain, base) -> dict:
             continue
         d = s.copy()
         for k in ("n_call_begin", "n_call_draft", "n_call_accept", "n_gen_drafts", "n_acc_drafts",
-                  "n_gen_tokens", "n_acc_tokens", "t_begin_us", "t_draft_us", "t_accept_us"):
+                  "n_gen_tokens", "n_acc_tokens", "t_begin_us", "t_draft_us", "t_accept_us",
+                  "t_process_us"):
             setattr(d, k, getattr(s, k) - getattr(b, k))
         d.n_acc_tokens_per_pos = [x - (b.n_acc_tokens_per_pos[i] if i < len(b.n_acc_tokens_per_pos) else 0)
                                   for i, x in enumerate(s.n_acc_tokens_per_pos)]

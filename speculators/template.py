@@ -18,39 +18,21 @@ from typing import Any, Sequence
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-# Used when a model ships no template: a plain, readable transcript.
+# A model that ships no chat template is a base (pretrained) model: it was
+# never taught turn tokens, but it continues a plain transcript well. The
+# reply ends where the model starts the user's next line (FALLBACK_STOP).
+FALLBACK_PREAMBLE = "A conversation between a curious user and a helpful, knowledgeable assistant."
 FALLBACK_TEMPLATE = (
     "{{ bos_token }}"
+    "{% if not messages or messages[0].role != 'system' %}" + FALLBACK_PREAMBLE + "\n\n{% endif %}"
     "{% for m in messages %}"
     "{% if m.role == 'system' %}{{ m.content }}\n\n"
     "{% elif m.role == 'user' %}User: {{ m.content }}\n"
-    "{% else %}Assistant: {{ m.content }}\n{% endif %}"
+    "{% else %}Assistant: {{ m.content | trim }}\n{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
-
-
-# Gemma's turn format, for Gemma GGUFs that ship without a template.
-GEMMA_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% set ns = namespace(system='') %}"
-    "{% for m in messages %}"
-    "{% if m.role == 'system' %}{% set ns.system = m.content %}"
-    "{% else %}"
-    "<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n"
-    "{% if m.role == 'user' and ns.system %}{{ ns.system }}\n\n{% set ns.system = '' %}{% endif %}"
-    "{{ m.content | trim }}<end_of_turn>\n"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
-
-
-def builtin_template_for(special_tokens: set[str]) -> str | None:
-    """A built-in template for models without one, chosen by their special tokens."""
-    if {"<start_of_turn>", "<end_of_turn>"} <= special_tokens:
-        return GEMMA_TEMPLATE
-    return None
+FALLBACK_STOP = ("\nUser:",)
 
 
 class ChatTemplateError(ValueError):
@@ -65,6 +47,8 @@ class ChatTemplate:
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = ""):
         self.source = source or FALLBACK_TEMPLATE
         self.is_fallback = source is None
+        #: stop strings a reply needs with this template (the transcript's next turn)
+        self.stop_strings: tuple[str, ...] = FALLBACK_STOP if source is None else ()
         self.bos_token = bos_token
         self.eos_token = eos_token
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False)
