@@ -37,20 +37,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip llama-cpp-python's own generation as a reference")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--lookup-learn", action="append", default=[], metavar="FILE", dest="lookup_learn",
+                   help="measure what a learned dynamic lookup cache brings: first answer the prompts of "
+                        "FILE (separated by lines of '---'; repeatable) to fill a fresh dynamic cache, then "
+                        "run the bench prompts with ngram-cache without and with it")
+    p.add_argument("--lookup-learn-prompt", action="append", default=[], metavar="TEXT",
+                   dest="lookup_learn_prompt", help="a prompt to learn from (repeatable; see --lookup-learn)")
     add_model_args(p)
     add_spec_args(p)
 
 
 def load_prompts(args: argparse.Namespace) -> list[str]:
-    prompts = [p for p in args.prompt if p.strip()]
-    for path in args.prompt_file:
+    prompts = _read_prompts(args.prompt, args.prompt_file)
+    if not prompts:
+        from .cli import CliError
+        raise CliError("no prompts: pass --prompt-file FILE or --prompt TEXT")
+    return prompts
+
+
+def _read_prompts(texts: list[str], files: list[str]) -> list[str]:
+    prompts = [p for p in texts if p.strip()]
+    for path in files:
         with open(path, encoding="utf-8") as f:
             text = f.read()
         parts = [part.strip("\n") for part in _split(text)]
         prompts.extend(p for p in parts if p.strip())
-    if not prompts:
-        from .cli import CliError
-        raise CliError("no prompts: pass --prompt-file FILE or --prompt TEXT")
     return prompts
 
 
@@ -139,6 +150,61 @@ def _timed_generation(engine, prompts, max_tokens) -> Row:
     return row
 
 
+def lookup_learn_effect(engine, learn_prompts: list[list[int]], prompts: list[list[int]], max_tokens: int,
+                        spec: SpecParams | None = None) -> tuple[Row, Row, dict]:
+    """What a learned dynamic cache brings to ngram-cache: (without, with, details).
+
+    First the ``learn_prompts`` are answered (greedy) with ngram-cache and a
+    fresh, in-memory dynamic cache that learns after each reply as the app's
+    lookup store does (:class:`app.lookup_store.Learner`); the user's cache
+    folder is not touched. Then ``prompts`` are run twice with ngram-cache:
+    with an empty dynamic cache, and with the learned one (frozen). Both
+    runs use the same static cache (``spec``'s -lcs, if any), so the only
+    difference is the dynamic cache.
+    """
+    from speculators.ngram_cache import NgramCache
+    from speculators.types import SpecType
+
+    from .lookup_store import Learner, LookupStore, learn_tokens
+
+    sp = (spec or SpecParams()).copy()
+    sp.types = [SpecType.NGRAM_CACHE]
+    sp.ngram_cache.lookup_cache_dynamic = None
+    static = None
+    if sp.ngram_cache.lookup_cache_static:
+        from speculators.ngram_cache import load_lookup_cache
+        static = load_lookup_cache(sp.ngram_cache.lookup_cache_static, "static")
+    greedy = SamplingParams(temperature=0.0)
+    learned = NgramCache()
+    learner = Learner()
+    engine.set_spec(sp, resources={"lookup_static": static or NgramCache(), "lookup_dynamic": learned})
+    n_learn_tokens = 0
+    for p in learn_prompts:
+        res = engine.run(p, max_tokens=max_tokens, sampling=greedy)
+        seq = list(p) + list(res.tokens)
+        learn_tokens(learned, seq, learner.new_from(seq))
+        n_learn_tokens += len(res.tokens)
+    rows = []
+    sources = {}
+    for name, dyn in (("ngram-cache, no dynamic", NgramCache()), ("ngram-cache, learned dyn", learned)):
+        engine.set_spec(sp, resources={"lookup_static": static or NgramCache(), "lookup_dynamic": dyn})
+        row = _timed_generation(engine, prompts, max_tokens)
+        row.name = name
+        rows.append(row)
+        sources[name] = LookupStore.contribution(engine)
+    details = {
+        "learn_prompts": len(learn_prompts),
+        "learn_tokens": n_learn_tokens,
+        "dynamic_ngrams": len(learned),
+        "dynamic_entries": learned.n_entries,
+        "without": {"drafted": rows[0].drafted, "accepted": rows[0].accepted,
+                    "sources": sources[rows[0].name]},
+        "with": {"drafted": rows[1].drafted, "accepted": rows[1].accepted,
+                 "sources": sources[rows[1].name]},
+    }
+    return rows[0], rows[1], details
+
+
 def measure_ceiling(engine, prompt: list[int], draft_len: int, reps: int = 8) -> float:
     """Tokens/s if every draft of ``draft_len`` tokens were accepted.
 
@@ -197,13 +263,19 @@ def baseline_llama_cpp_python(model_path: str, cfg, prompts: list[list[int]], ma
 
 def run(args: argparse.Namespace) -> int:
     from speculators.engine import Engine
+    from speculators.ngram_cache import LookupCacheError
     from .cli import CliError
 
     cfg = config_mod.Config()
     mopts = model_options_from_args(args, cfg.model)
     base_spec = spec_from_args(args, SpecParams())
     spec_types = list(base_spec.types)
-    if not spec_types and getattr(args, "spec_type", None) is None:
+    learn_texts = _read_prompts(getattr(args, "lookup_learn_prompt", []) or [],
+                                getattr(args, "lookup_learn", []) or [])
+    learning = bool(getattr(args, "lookup_learn", None) or getattr(args, "lookup_learn_prompt", None))
+    if learning and not learn_texts:
+        raise CliError("--lookup-learn: no prompts to learn from")
+    if not spec_types and getattr(args, "spec_type", None) is None and not learning:
         raise CliError("pass --spec-type LIST with the types to compare with none")
     if args.max_tokens <= 0:
         raise CliError("--max-tokens must be at least 1")
@@ -250,6 +322,22 @@ def run(args: argparse.Namespace) -> int:
             if row.mean_draft_len >= 1:
                 row.ceiling_tps = measure_ceiling(engine, prompts[0], round(row.mean_draft_len))
             rows.append(row)
+        if learning:
+            _progress("lookup: learning")
+            learn_prompts = [engine.prompt_tokens(text=t, raw=True) if args.raw else engine.prompt_tokens(text=t)
+                             for t in learn_texts]
+            too_long = [len(p) for p in learn_prompts if len(p) + args.max_tokens >= engine.ctx.n_ctx]
+            if too_long:
+                raise CliError(f"a prompt to learn from of {too_long[0]} tokens plus {args.max_tokens} to "
+                               f"generate does not fit the context of {engine.ctx.n_ctx}; raise -c")
+            without, with_, details = lookup_learn_effect(engine, learn_prompts, prompts, args.max_tokens,
+                                                          base_spec)
+            for row in (without, with_):
+                row.equal_to_none = row.outputs == none_row.outputs
+                if row.mean_draft_len >= 1:
+                    row.ceiling_tps = measure_ceiling(engine, prompts[0], round(row.mean_draft_len))
+                rows.append(row)
+            report["lookup_learn"] = details
         base_tps = none_row.tps
         for r in rows:
             if r.name == "llama-cpp-python":
@@ -259,6 +347,8 @@ def run(args: argparse.Namespace) -> int:
         if rows[0].name == "llama-cpp-python" and rows[0].tps > 0:
             report["none_vs_llama_cpp_python"] = round(base_tps / rows[0].tps, 3)
         report["synthetic"] = bool(base_spec.synth_len is not None or base_spec.synth_rates)
+    except LookupCacheError as e:
+        raise CliError(str(e)) from None
     finally:
         engine.close()
     if args.json:
@@ -298,3 +388,12 @@ def print_table(report: dict) -> None:
               f"llama-cpp-python's own generation")
     if report.get("synthetic"):
         print("synthetic acceptance was on: outputs are not valid")
+    lk = report.get("lookup_learn")
+    if lk:
+        w, wo = lk["with"], lk["without"]
+        print(f"lookup learning: {lk['learn_prompts']} prompts answered first ({lk['learn_tokens']} tokens) "
+              f"filled a dynamic cache of {lk['dynamic_ngrams']} n-grams, {lk['dynamic_entries']} entries")
+        print(f"  ngram-cache without it: drafted {wo['drafted']:>6}  accepted {wo['accepted']:>6}")
+        print(f"  ngram-cache with it:    drafted {w['drafted']:>6}  accepted {w['accepted']:>6}  "
+              f"(from the dynamic cache: {w['sources']['dynamic']['accepted']} accepted of "
+              f"{w['sources']['dynamic']['drafted']} drafted)")

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from speculators.events import FinishEvent, StepEvent
+from speculators.ngram_cache import LookupCacheError
+from speculators.params import SpecParams
+from speculators.types import SpecType
 
 from . import config as config_mod
 from .options import (add_model_args, add_sampling_args, add_spec_args, model_options_from_args,
                       sampling_from_args, spec_from_args)
+from .lookup_store import DEFAULT_MAX_BYTES, LookupStore, LookupStoreError
 from .runtime import open_engine, stderr_progress
 
 
@@ -27,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     add_sampling_args(p)
     add_spec_args(p)
+    g = p.add_argument_group("lookup caches (ngram-cache)")
+    g.add_argument("--no-lookup-store", action="store_true", dest="no_lookup_store",
+                   help="with ngram-cache, neither load nor update the model's lookup caches in the "
+                        "user data dir (only -lcs/-lcd are read, as by llama.cpp's server)")
+    g.add_argument("--lookup-max-mib", type=float, dest="lookup_max_mib", metavar="MIB",
+                   help=f"size cap of the dynamic lookup cache (default {DEFAULT_MAX_BYTES >> 20} MiB)")
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -62,8 +73,23 @@ def run(args: argparse.Namespace) -> int:
     max_tokens = args.max_tokens if args.max_tokens is not None else 512
     if max_tokens <= 0:
         raise CliError("--max-tokens must be at least 1")
-    engine = open_engine(mopts, spec, progress=stderr_progress)
+    use_store = SpecType.NGRAM_CACHE in spec.types and not getattr(args, "no_lookup_store", False)
+    max_mib = getattr(args, "lookup_max_mib", None)
+    if max_mib is not None and max_mib <= 0:
+        raise CliError("--lookup-max-mib must be positive")
+    sta = spec.ngram_cache.lookup_cache_static
+    if SpecType.NGRAM_CACHE in spec.types and sta and not os.path.isfile(sta):
+        # before loading the model: llama.cpp refuses a static cache it cannot open
+        raise CliError(str(LookupCacheError(sta, "static", "No such file or directory")))
     try:
+        # with the lookup store, the chain is built once the store has loaded the caches
+        engine = open_engine(mopts, SpecParams() if use_store else spec, progress=stderr_progress)
+    except LookupCacheError as e:
+        raise CliError(str(e)) from None
+    store = None
+    try:
+        if use_store:
+            store = _open_store(engine, spec, max_mib)
         for name, why in engine.chain.skipped.items():
             print(f"draftlight: warning: {name} is off: {why}", file=sys.stderr)
         if args.raw:
@@ -77,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
             prompt = engine.prompt_tokens(messages=messages)
         result = None
         out = sys.stdout
-        for ev in engine.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=args.stop):
+        stop = list(args.stop) + ([] if args.raw else list(engine.template.stop_strings))
+        for ev in engine.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop):
             if isinstance(ev, StepEvent) and not args.json:
                 piece = "".join(t.text for t in ev.tokens)
                 if piece:
@@ -86,8 +113,14 @@ def run(args: argparse.Namespace) -> int:
             elif isinstance(ev, FinishEvent):
                 result = ev.result
         assert result is not None
+        lookup = None
+        if store is not None:
+            lookup = _learn_and_save(store, engine, prompt, result)
         if args.json:
-            json.dump(result.to_dict(), out, ensure_ascii=False)
+            d = result.to_dict()
+            if lookup is not None:
+                d["lookup"] = lookup
+            json.dump(d, out, ensure_ascii=False)
             out.write("\n")
         else:
             out.write("\n")
@@ -100,6 +133,57 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             for line in engine.chain.print_stats():
                 print(line, file=sys.stderr)
+            if lookup is not None:
+                src = lookup["sources"]
+                print("ngram-cache drafted/accepted by cache: " + ", ".join(
+                    f"{k} {v['drafted']}/{v['accepted']}" for k, v in src.items()), file=sys.stderr)
+                sv = lookup.get("save") or {}
+                if not sv.get("error") and not sv.get("skipped"):
+                    print(f"lookup: dynamic cache {sv['ngrams']} n-grams, {sv['entries']} entries "
+                          f"(+{sv['added_entries']}) saved to {sv['path']}", file=sys.stderr)
     finally:
         engine.close()
     return 0
+
+
+def _open_store(engine, spec: SpecParams, max_mib: float | None):
+    """Load the model's lookup caches and build the chain with them."""
+    from .cli import CliError
+    nc = spec.ngram_cache
+    try:
+        store = LookupStore.for_model(
+            engine.model, static_path=nc.lookup_cache_static or None, dynamic_path=nc.lookup_cache_dynamic or None,
+            max_bytes=int(max_mib * (1 << 20)) if max_mib else DEFAULT_MAX_BYTES)
+    except LookupCacheError as e:
+        raise CliError(str(e)) from None
+    except (LookupStoreError, OSError) as e:
+        # the cache folder is unusable (locked for too long, not writable): go on without it
+        print(f"draftlight: warning: lookup caches unavailable ({e}); ngram-cache runs without them",
+              file=sys.stderr)
+        try:
+            engine.set_spec(spec)
+        except LookupCacheError as e2:
+            raise CliError(str(e2)) from None
+        return None
+    for w in store.warnings:
+        print(f"draftlight: warning: {w}", file=sys.stderr)
+    engine.set_spec(spec, resources=store.resources())
+    return store
+
+
+def _learn_and_save(store, engine, prompt, result) -> dict:
+    """After the reply: learn prompt + reply into the dynamic cache and save it."""
+    info: dict = {"folder": str(store.folder), "sources": LookupStore.contribution(engine)}
+    store.learn(list(prompt) + list(result.tokens))
+    try:
+        res = store.save()
+    except LookupStoreError as e:
+        print(f"draftlight: warning: {e}", file=sys.stderr)
+        info["save"] = {"error": str(e)}
+        return info
+    for w in res.warnings:
+        print(f"draftlight: warning: {w}", file=sys.stderr)
+    info["save"] = {"path": res.path, "skipped": res.skipped, "ngrams": res.ngrams, "entries": res.entries,
+                    "added_entries": res.added_entries, "pruned_entries": res.pruned_entries,
+                    "merged_other": res.merged_other}
+    return info

@@ -56,7 +56,7 @@ __all__ = [
     "LLAMA_TOKEN_NULL", "NGRAM_MIN", "NGRAM_MAX", "NGRAM_STATIC", "N_DRAFT",
     "DRAFT_MIN_SAMPLE_SIZE_LAX", "DRAFT_MIN_PERCENT_LAX",
     "DRAFT_MIN_SAMPLE_SIZE_STRICT", "DRAFT_MIN_PERCENT_STRICT",
-    "ngram_cache_draft", "ngram_key", "stl_order", "load_lookup_cache",
+    "ngram_cache_draft", "ngram_key", "stl_order", "load_lookup_cache", "SOURCE_NAMES",
 ]
 
 #: ``LLAMA_TOKEN_NULL``: the padding of n-grams shorter than four tokens.
@@ -353,6 +353,30 @@ class NgramCache:
         c = NgramCache()
         c._map = {k: dict(v) for k, v in self._map.items()}
         return c
+
+    def clear(self) -> None:
+        """Forget everything.
+
+        The contents are swapped for a fresh dict rather than emptied in
+        place, so a draft running in another thread keeps reading the old
+        contents undisturbed.
+        """
+        self._map = {}
+
+    def replace_contents(self, other: "NgramCache") -> None:
+        """Take over ``other``'s contents (no copy: ``other`` must not be used after).
+
+        Like :meth:`clear`, a swap that a concurrent draft never sees half-way;
+        a speculator holding this cache drafts from the new contents from its
+        next draft on.
+        """
+        self._map = other._map
+        other._map = {}
+
+    @property
+    def file_size(self) -> int:
+        """Bytes the cache takes in a lookup file: 20 per n-gram + 8 per entry."""
+        return 4 * _HEADER_WORDS * len(self._map) + 8 * self.n_entries
 
     # -- reading ---------------------------------------------------------------
     def __len__(self) -> int:
@@ -670,12 +694,18 @@ def _try_draft_static(part_static: dict | None) -> int:
     return best_tok
 
 
+#: what drafted each token, as recorded by ``_draft_tail(..., sources=[])``
+SOURCE_CONTEXT, SOURCE_DYNAMIC, SOURCE_STATIC = 0, 1, 2
+SOURCE_NAMES = ("context", "dynamic", "static")
+
+
 def _draft_tail(tail: list[int], inp_size: int, draft: list[int], n_draft: int,
                 ngram_min: int, ngram_max: int,
-                ctx: dict, dyn: dict, sta: dict) -> None:
+                ctx: dict, dyn: dict, sta: dict, sources: list[int] | None = None) -> None:
     # ``tail`` holds the last tokens of the input (at least the last
     # max(ngram_max, NGRAM_STATIC) when there are that many); drafted
     # tokens are appended to it, so every n-gram is a suffix of it.
+    # ``sources``, when given, receives one SOURCE_* per drafted token.
     off = inp_size - len(tail)
     sizes = range(ngram_min, ngram_max + 1)
     while len(draft) - 1 < n_draft:
@@ -689,15 +719,20 @@ def _draft_tail(tail: list[int], inp_size: int, draft: list[int], n_draft: int,
             for s in sizes
         ]
         ps = _EMPTY if part_static is None else part_static
+        src = SOURCE_CONTEXT
         tok = _try_draft_primary(ctx, ngrams, ps, DRAFT_MIN_SAMPLE_SIZE_LAX, DRAFT_MIN_PERCENT_LAX)
         if tok == LLAMA_TOKEN_NULL:
+            src = SOURCE_DYNAMIC
             tok = _try_draft_primary(dyn, ngrams, ps, DRAFT_MIN_SAMPLE_SIZE_STRICT, DRAFT_MIN_PERCENT_STRICT)
         if tok == LLAMA_TOKEN_NULL:
+            src = SOURCE_STATIC
             tok = _try_draft_static(part_static)
         if tok == LLAMA_TOKEN_NULL:
             break
         draft.append(tok)
         tail.append(tok)
+        if sources is not None:
+            sources.append(src)
 
 
 def _check_sizes(ngram_min: int, ngram_max: int) -> None:
@@ -777,6 +812,12 @@ class NgramCacheSpeculator(Speculator):
 
         spec.dynamic_cache.merge(spec.context_cache)
         spec.dynamic_cache.save(path)
+
+    ``source_drafted`` / ``source_accepted`` (draftlight's addition) count,
+    per cache (``"context"``, ``"dynamic"``, ``"static"``), the drafted
+    tokens each cache proposed and how many of them the target accepted
+    (counted when the chain reports the acceptance of this speculator's
+    draft). Drafting itself is unchanged.
     """
 
     type = SpecType.NGRAM_CACHE
@@ -790,6 +831,10 @@ class NgramCacheSpeculator(Speculator):
         self.static_cache = static_cache if static_cache is not None else NgramCache()
         #: number of tokens (prompt + id_last) the context cache has seen
         self.cache_size = 0
+        #: per cache: drafted tokens it proposed / of those, accepted
+        self.source_drafted = dict.fromkeys(SOURCE_NAMES, 0)
+        self.source_accepted = dict.fromkeys(SOURCE_NAMES, 0)
+        self._last_sources: list[int] = []
 
     @classmethod
     def from_params(cls, params: SpecParams) -> "NgramCacheSpeculator":
@@ -823,11 +868,40 @@ class NgramCacheSpeculator(Speculator):
         # same prefix that the chain would cut the full draft to.
         n_draft = self.n_draft if req.n_max <= 0 else min(self.n_draft, req.n_max)
         result = [id_last]
+        sources: list[int] = []
         _draft_tail(tail, inp_size, result, n_draft, NGRAM_MIN, NGRAM_MAX,
-                    self.context_cache._map, self.dynamic_cache._map, self.static_cache._map)
+                    self.context_cache._map, self.dynamic_cache._map, self.static_cache._map, sources)
+        self._last_sources = sources
         return result[1:]
+
+    def accept(self, n_accepted: int, is_other: bool) -> None:
+        if is_other:
+            return
+        sources, self._last_sources = self._last_sources, []
+        for i, src in enumerate(sources):
+            name = SOURCE_NAMES[src]
+            self.source_drafted[name] += 1
+            if i < n_accepted:
+                self.source_accepted[name] += 1
 
 
 @register(SpecType.NGRAM_CACHE)
 def _create(params: SpecParams, resources: dict) -> Speculator:
-    return NgramCacheSpeculator.from_params(params)
+    """Build the speculator; caches passed in ``resources`` win over params' paths.
+
+    ``resources["lookup_static"]`` / ``resources["lookup_dynamic"]``, when
+    present and not None, are :class:`NgramCache` objects used as they are
+    (shared, not copied: the application's lookup store keeps learning into
+    its dynamic cache and the speculator sees it). A cache not passed is
+    loaded from ``params.ngram_cache`` as before.
+    """
+    static = resources.get("lookup_static")
+    dynamic = resources.get("lookup_dynamic")
+    if static is None and dynamic is None:
+        return NgramCacheSpeculator.from_params(params)
+    nc = params.ngram_cache
+    if static is None and nc.lookup_cache_static:
+        static = load_lookup_cache(nc.lookup_cache_static, "static")
+    if dynamic is None and nc.lookup_cache_dynamic:
+        dynamic = load_lookup_cache(nc.lookup_cache_dynamic, "dynamic")
+    return NgramCacheSpeculator(N_DRAFT, static_cache=static, dynamic_cache=dynamic)
