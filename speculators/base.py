@@ -61,6 +61,8 @@ class SpeculatorStats:
     t_begin_us: float = 0.0
     t_draft_us: float = 0.0
     t_accept_us: float = 0.0
+    #: time in process() (draft models mirror every target batch there)
+    t_process_us: float = 0.0
 
     @property
     def mean_acceptance_length(self) -> float | None:

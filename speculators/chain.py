@@ -134,7 +134,9 @@ class SpeculatorChain:
     def process(self, tokens: Sequence[int], pos0: int) -> bool:
         ok = True
         for s in self.speculators:
+            t0 = time.perf_counter()
             ok = s.process(tokens, pos0) and ok
+            s.stats.t_process_us += (time.perf_counter() - t0) * 1e6
         return ok
 
     def draft(self, req: DraftRequest) -> list[int]:

@@ -13,12 +13,13 @@ Because every emitted token is the one the target's own sampler picks at
 that position, the output equals plain decoding (up to the numerical
 differences between batched and one-token evaluation).
 
->>> # doctest: +SKIP
->>> eng = Engine("model.gguf")
->>> eng.set_spec(SpecParams.from_types("ngram-mod"))
->>> for ev in eng.generate(eng.prompt_tokens(text="Hello"), max_tokens=16):
-...     if isinstance(ev, StepEvent):
-...         print("".join(t.text for t in ev.tokens), end="")
+Usage::
+
+    eng = Engine("model.gguf")
+    eng.set_spec(SpecParams.from_types("ngram-mod"))
+    for ev in eng.generate(eng.prompt_tokens(text="Hello"), max_tokens=16):
+        if isinstance(ev, StepEvent):
+            print("".join(t.text for t in ev.tokens), end="")
 """
 
 from __future__ import annotations
@@ -200,59 +201,22 @@ class Engine:
 
         history: list[int] = list(prompt)  # tokens in the KV cache, in order
         n_past = len(prompt)
-        out_tokens: list[int] = []
-        out_by: list[str | None] = []
-        out_pos: list[int | None] = []
-        text_parts: list[str] = []
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        text_len = 0
-        max_stop = max((len(s) for s in stop), default=0)
+        reply = ReplyBuilder(model, stop, max_tokens)
         finish: str | None = None
         last_stats = t1
 
         def emit(tokens: Sequence[int], by: str | None, n_draft: int) -> tuple[list[TokenEvent], str | None]:
-            """Turn accepted ids into events; stop at EOG, stop strings, max tokens."""
-            nonlocal text_len
             evs: list[TokenEvent] = []
             for i, tok in enumerate(tokens):
                 drafted = i < n_draft
-                if model.is_eog(tok):
-                    return evs, STOP_EOG
-                piece = decoder.decode(model.token_bytes(tok))
-                reason = None
-                if max_stop and piece:
-                    tail_start = max(0, text_len - max_stop)
-                    window = "".join(text_parts)[tail_start:] + piece
-                    for s in stop:
-                        j = window.find(s)
-                        if j >= 0:
-                            cut = tail_start + j - text_len  # offset within piece (may be < 0)
-                            if cut < 0:
-                                # the stop string began in earlier text: trim it
-                                full = "".join(text_parts)
-                                text_parts[:] = [full[:text_len + cut]]
-                                text_len += cut
-                                piece = ""
-                            else:
-                                piece = piece[:cut]
-                            reason = STOP_STRING
-                            break
-                ev = TokenEvent(len(out_tokens), tok, piece,
-                                by if drafted else None, i if drafted else None)
-                out_tokens.append(tok)
-                out_by.append(ev.drafted_by)
-                out_pos.append(ev.draft_pos)
-                text_parts.append(piece)
-                text_len += len(piece)
-                evs.append(ev)
+                out, reason = reply.add(tok, by if drafted else None, i if drafted else None)
+                evs.extend(out)
                 if reason:
                     return evs, reason
-                if len(out_tokens) >= max_tokens:
-                    return evs, STOP_LENGTH
             return evs, None
 
         evs, finish = emit([id_last], None, 0)
-        stats.n_generated = len(out_tokens)
+        stats.n_generated = reply.n_produced
         yield StepEvent(evs)
 
         while finish is None:
@@ -262,7 +226,7 @@ class Engine:
             if n_past >= n_ctx:
                 finish = STOP_CONTEXT
                 break
-            remaining = max_tokens - len(out_tokens)
+            remaining = max_tokens - reply.n_produced
             room = n_ctx - n_past - 1
             n_max = min(chain.n_max, remaining - 1, room)
             draft: list[int] = []
@@ -306,7 +270,7 @@ class Engine:
             self.kv_tokens = list(history)
             id_last = ids[-1]
             evs, finish = emit(ids, drafter, len(ids) - 1)
-            stats.n_generated = len(out_tokens)
+            stats.n_generated = reply.n_produced
             yield StepEvent(evs, drafter, len(draft), n_acc)
             now = time.perf_counter()
             if now - last_stats >= stats_interval_s:
@@ -315,10 +279,11 @@ class Engine:
                 stats.speculators = _diff_stats(chain, base_spec_stats)
                 yield StatsEvent(stats)
 
-        if finish != STOP_STRING:
-            text_parts.append(decoder.decode(b"", final=True))
+        tail = reply.finish(finish)
+        if tail:
+            yield StepEvent(tail)
         stats.t_gen_s = time.perf_counter() - t1
-        stats.n_generated = len(out_tokens)
+        stats.n_generated = len(reply.tokens)
         stats.speculators = _diff_stats(chain, base_spec_stats)
         message = {
             STOP_EOG: "the model ended its reply",
@@ -327,7 +292,8 @@ class Engine:
             STOP_CONTEXT: f"the context of {n_ctx} tokens is full",
             STOP_CANCELLED: "stopped",
         }.get(finish or "", "")
-        result = GenerationResult("".join(text_parts), out_tokens, out_by, out_pos,
+        result = GenerationResult(reply.text, [t.id for t in reply.tokens],
+                                  [t.drafted_by for t in reply.tokens], [t.draft_pos for t in reply.tokens],
                                   finish or STOP_EOG, stats, message)
         yield StatsEvent(stats)
         yield FinishEvent(result)
@@ -361,6 +327,110 @@ class Engine:
             self.chain = None
         self.ctx.close()
         self.model.close()
+
+
+class ReplyBuilder:
+    r"""Turns accepted token ids into events, enforcing the reply's limits.
+
+    It stops at an end-of-generation token (never emitted), at ``max_tokens``,
+    and at a stop string, which is cut from the text. While the text ends
+    with what could be the start of a stop string, the tokens that hold it
+    are kept back, so a stop string never shows while it is still forming;
+    every released token keeps its own text and provenance.
+
+    >>> class M:
+    ...     def is_eog(self, t): return t == 0
+    ...     def token_bytes(self, t): return {1: b"Hi", 2: b"\n", 3: b"User", 4: b":", 5: b"!"}[t]
+    >>> r = ReplyBuilder(M(), ["\nUser:"], 10)
+    >>> [e.text for e in r.add(1, None, None)[0]]
+    ['Hi']
+    >>> r.add(2, None, None)[0], r.add(3, None, None)[0]   # held: may start "\nUser:"
+    ([], [])
+    >>> r.add(4, None, None)
+    ([], 'stop_string')
+    >>> r.text
+    'Hi'
+    """
+
+    def __init__(self, model, stop: Sequence[str], max_tokens: int):
+        self.model = model
+        self.stop = [s for s in stop if s]
+        self.max_hold = max((len(s) for s in self.stop), default=1) - 1
+        self.max_tokens = max_tokens
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._text = ""
+        self._held: list[tuple[int, TokenEvent]] = []  # (text offset, event)
+        self.tokens: list[TokenEvent] = []  # released, in order
+        self.n_produced = 0
+
+    @property
+    def text(self) -> str:
+        """The released text."""
+        if not self._held:
+            return self._text
+        return self._text[:self._held[0][0]]
+
+    def _release(self, upto: int | None = None) -> list[TokenEvent]:
+        n = len(self._held) if upto is None else upto
+        out = [ev for _, ev in self._held[:n]]
+        del self._held[:n]
+        self.tokens.extend(out)
+        return out
+
+    def add(self, tok: int, by: str | None, pos: int | None) -> tuple[list[TokenEvent], str | None]:
+        if self.model.is_eog(tok):
+            return self._release(), STOP_EOG
+        start = len(self._text)
+        piece = self._decoder.decode(self.model.token_bytes(tok))
+        self._text += piece
+        self._held.append((start, TokenEvent(self.n_produced, tok, piece, by, pos)))
+        self.n_produced += 1
+        if self.stop:
+            lo = max(0, start - self.max_hold)
+            hits = [j for j in (self._text.find(s, lo) for s in self.stop) if j >= 0]
+            if hits:
+                cut = min(hits)
+                self._text = self._text[:cut]
+                kept = 0
+                for off, ev in self._held:
+                    if off >= cut:
+                        break
+                    ev.text = ev.text[:cut - off]
+                    kept += 1
+                out = self._release(kept)
+                self._held.clear()
+                return out, STOP_STRING
+        if self.n_produced >= self.max_tokens:
+            return self._release(), STOP_LENGTH
+        # keep back the tokens whose text might begin a stop string
+        safe = len(self._text) - self._partial_stop_len()
+        n = 0
+        for off, ev in self._held:
+            if off + len(ev.text) > safe:
+                break
+            n += 1
+        return self._release(n), None
+
+    def _partial_stop_len(self) -> int:
+        t = self._text
+        for k in range(min(self.max_hold, len(t)), 0, -1):
+            tail = t[-k:]
+            if any(s.startswith(tail) for s in self.stop):
+                return k
+        return 0
+
+    def finish(self, reason: str | None) -> list[TokenEvent]:
+        """Release what is held (the generation ended for another reason)."""
+        if reason == STOP_STRING:
+            return []
+        tail = self._decoder.decode(b"", final=True)
+        if tail:
+            self._text += tail
+            if self._held:
+                self._held[-1][1].text += tail
+            elif self.tokens:
+                self.tokens[-1].text += tail
+        return self._release()
 
 
 def _diff_stats(chain: SpeculatorChain, base) -> dict:

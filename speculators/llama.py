@@ -127,13 +127,18 @@ class VocabInfo:
 class Model:
     """A loaded GGUF model (weights only; contexts are made from it)."""
 
-    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True):
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True,
+                 load_mtp: bool = False):
         backend_init()
         self.path = os.fspath(path)
         check_gguf_file(self.path)
         params = lc.llama_model_default_params()
         params.n_gpu_layers = int(n_gpu_layers)
         params.use_mmap = use_mmap
+        #: whether the NextN/MTP layers were loaded (llama.cpp skips them by default)
+        self.load_mtp = bool(load_mtp)
+        if load_mtp:
+            params.load_mtp = True
         with _log_lock:
             _recent_log.clear()
         ptr = lc.llama_model_load_from_file(self.path.encode(), params)
@@ -268,7 +273,10 @@ class Context:
     """One llama context with a reusable batch; sequence 0 only."""
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None,
-                 n_ubatch: int | None = None, embeddings: bool = False, seed: int | None = None):
+                 n_ubatch: int | None = None, embeddings: bool = False, seed: int | None = None,
+                 overrides: dict | None = None):
+        """``overrides``: extra ``llama_context_params`` fields (e.g. ``ctx_type``,
+        ``ctx_other``, ``n_outputs_max``) set after the defaults above."""
         self.model = model
         p = lc.llama_context_default_params()
         if n_ctx <= 0:
@@ -281,6 +289,8 @@ class Context:
         p.n_threads_batch = threads
         p.embeddings = embeddings
         p.no_perf = True
+        for k, v in (overrides or {}).items():
+            setattr(p, k, v)
         ptr = lc.llama_init_from_model(model.ptr, p)
         if not ptr:
             raise ModelError(f"cannot create a context of {n_ctx} tokens for {model.path}: {_last_errors()}")
@@ -292,6 +302,10 @@ class Context:
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.n_vocab = model.n_vocab
         self._logits_cache: dict[int, np.ndarray] = {}
+        #: called as hook(tokens, pos0) after every successful llama_decode of
+        #: :meth:`decode` (one call per n_batch chunk), while that chunk's outputs
+        #: (logits, embeddings) are still readable; used by hidden-state drafters
+        self.decode_hooks: list = []
 
     # -- decoding ------------------------------------------------------------
     def decode(self, tokens: Sequence[int], pos0: int, logits: str = "last") -> None:
@@ -324,6 +338,8 @@ class Context:
                 if rc == 1:
                     raise ContextFull("no KV-cache slot for the batch (context full)")
                 raise DecodeError(f"llama_decode failed with code {rc}: {_last_errors()}")
+            for hook in self.decode_hooks:
+                hook(chunk, pos0 + start)
             start += m
         self._logits_cache.clear()
 

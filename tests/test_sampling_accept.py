@@ -56,3 +56,70 @@ def test_greedy_takes_the_first_maximum_like_llama_cpp():
     ctx.rows[0][[2, 9]] = 7.0
     s = Sampler(SamplingParams(temperature=0.0), FakeModel())
     assert s.sample(ctx, 0) == 2
+
+
+# -- the reply builder: stop strings, held-back text, limits ------------------
+
+from speculators.engine import ReplyBuilder  # noqa: E402
+
+
+class PieceModel:
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def is_eog(self, t):
+        return t == 0
+
+    def token_bytes(self, t):
+        return self.pieces[t].encode()
+
+
+def feed(pieces, ids, stop=(), max_tokens=100):
+    rb = ReplyBuilder(PieceModel(pieces), stop, max_tokens)
+    released, reason = [], None
+    for i in ids:
+        out, reason = rb.add(i, None, None)
+        released.extend(out)
+        if reason:
+            break
+    released.extend(rb.finish(reason))
+    return rb, released, reason
+
+
+def test_stop_string_split_over_tokens_never_shows():
+    pieces = {1: "Paris", 2: ".", 3: "\n", 4: "Us", 5: "er", 6: ":", 7: " more"}
+    rb, out, reason = feed(pieces, [1, 2, 3, 4, 5, 6, 7], stop=["\nUser:"])
+    assert reason == "stop_string"
+    assert rb.text == "Paris." and "".join(e.text for e in out) == "Paris."
+    assert [e.index for e in out] == [0, 1]
+
+
+def test_a_false_start_is_released_with_its_own_tokens():
+    pieces = {1: "a", 3: "\n", 4: "Us", 8: "ually", 0: ""}
+    rb, out, reason = feed(pieces, [1, 3, 4, 8, 0], stop=["\nUser:"])
+    assert reason == "stop"
+    assert [e.text for e in out] == ["a", "\n", "Us", "ually"]
+    assert rb.text == "a\nUsually"
+
+
+def test_stop_string_inside_one_token_cuts_that_token():
+    pieces = {1: "ok", 2: "!END tail"}
+    rb, out, reason = feed(pieces, [1, 2], stop=["END"])
+    assert reason == "stop_string" and [e.text for e in out] == ["ok", "!"]
+
+
+def test_max_tokens_releases_held_text_and_eog_is_not_emitted():
+    pieces = {1: "x", 3: "\n", 0: ""}
+    rb, out, reason = feed(pieces, [1, 3], stop=["\nUser:"], max_tokens=2)
+    assert reason == "length" and rb.text == "x\n" and len(out) == 2
+    rb, out, reason = feed(pieces, [1, 0, 1], stop=())
+    assert reason == "stop" and [e.id for e in out] == [1]
+
+
+def test_multibyte_characters_split_over_tokens():
+    class Bytes(PieceModel):
+        def token_bytes(self, t):
+            return {1: "é".encode()[:1], 2: "é".encode()[1:], 3: b"!"}[t]
+    rb = ReplyBuilder(Bytes({}), (), 10)
+    texts = [e.text for i in (1, 2, 3) for e in rb.add(i, None, None)[0]]
+    assert texts == ["", "é", "!"] and rb.text == "é!"
