@@ -39,6 +39,15 @@ class ConfigError(ValueError):
     pass
 
 
+#: ``[ui]`` keys the chat app reads, with their defaults
+UI_DEFAULTS: dict[str, Any] = {
+    "theme": "dark",            # a theme name from themes/ or the user themes folder
+    "colouring": True,          # colour drafted tokens (False: the off view below)
+    "off_view": "markdown",     # "markdown" or "plain": how replies look uncoloured
+    "stats_panel": False,       # show the statistics panel at start
+}
+
+
 @dataclass
 class Config:
     model: ModelOptions = field(default_factory=ModelOptions)
@@ -47,6 +56,16 @@ class Config:
     ui: dict[str, Any] = field(default_factory=dict)
     max_tokens: int = 1024
     system_prompt: str = ""
+
+    def ui_get(self, key: str) -> Any:
+        """A ``[ui]`` value, or its default when unset or of the wrong type."""
+        default = UI_DEFAULTS.get(key)
+        value = self.ui.get(key, default)
+        if default is not None and not isinstance(value, type(default)):
+            return default
+        if key == "off_view" and value not in ("markdown", "plain"):
+            return default
+        return value
 
     def to_toml_dict(self) -> dict[str, Any]:
         model = {"ctx_size": self.model.ctx_size}

@@ -64,6 +64,12 @@ def _ensure_registered() -> None:
                 raise
 
 
+def implemented_types() -> frozenset[SpecType]:
+    """The types this version of draftlight can build (given what they need)."""
+    _ensure_registered()
+    return frozenset(_REGISTRY)
+
+
 class SpeculatorChain:
     """Speculators in priority order; see the module docstring."""
 

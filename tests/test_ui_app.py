@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
-
-import pytest
-
 from app import config as config_mod
 from app import paths
-from app.storage import History
 from app.ui.app import ACTIONS, DraftlightApp
 from app.ui.scripted import ScriptedEngine
 from app.ui.widgets import Legend, LoadPanel, MessageView, PromptInput, StatsPanel
@@ -488,3 +483,83 @@ async def test_every_action_has_a_key_a_help_line_and_a_palette_command():
         for a in ACTIONS:
             assert a.help in help_text
         await pilot.press("escape")
+
+
+async def test_the_draft_model_picker_fills_the_field_and_enables_draft_simple(monkeypatch, tmp_path):
+    from app.ui import screens
+    draft = tmp_path / "small-draft.gguf"
+    draft.write_bytes(b"GGUF")
+    monkeypatch.setattr(screens, "discover_draft_models",
+                        lambda engine: [(str(draft), "small draft · 90 MiB · compatible")])
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("f3")
+        picker = app.screen.query_one("#drafts")
+        await until(pilot, lambda: picker.display and picker.option_count == 1)
+        assert app.screen.query_one("#sw-draft-simple").disabled or \
+            "not implemented" not in str(app.screen.query_one("#desc-draft-simple").render())
+        picker.focus()
+        picker.highlighted = 0
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.query_one("#f-draft--model").value == str(draft)
+        reason = str(app.screen.query_one("#desc-draft-simple").render())
+        if "not implemented" not in reason:
+            assert not app.screen.query_one("#sw-draft-simple").disabled
+
+
+async def test_a_new_chat_while_a_reply_streams_stops_it_and_saves_it_to_its_own_chat():
+    gate = threading.Event()
+    app, engine = make_app(gate=gate)
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        app.send("first chat")
+        await until(pilot, lambda: app._views()[-1].text == "Hello world!")
+        old_chat = app.chat_id
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: app.job is None)
+        assert app.chat_id is None and not app._views()
+        stored = app.history.load_chat(old_chat).messages
+        assert [(m.role, m.status) for m in stored] == [("user", "done"), ("assistant", "cancelled")]
+        assert stored[1].content == "Hello world!"
+        gate.set()
+        await send_and_wait(pilot, app, "second chat")
+        assert app.chat_id != old_chat and app._views()[-1].text == SCRIPT_TEXT
+
+
+async def test_a_stop_string_the_engine_trims_after_streaming_it_is_removed_from_the_reply():
+    from speculators.events import FinishEvent
+
+    class Trimming(ScriptedEngine):
+        def generate(self, *a, **kw):
+            for ev in super().generate(*a, **kw):
+                if isinstance(ev, FinishEvent):
+                    ev.result.text = ev.result.text[: -len("\nUser")]
+                yield ev
+    engine = Trimming([("ngram-mod", ["Hi", " there", "\n"]), (None, ["User"])])
+    app, _ = make_app(engine=engine)
+    async with app.run_test() as pilot:
+        reply = await send_and_wait(pilot, app)
+        assert reply.text == "Hi there"
+        assert [(r.by, reply.text[r.start:r.end]) for r in reply.body.runs] == [("ngram-mod", "Hi there")]
+        stored = app.history.load_chat(app.chat_id).messages[-1]
+        assert stored.content == "Hi there" and "".join(stored.tokens.texts) == "Hi there"
+
+
+async def test_command_line_flags_win_but_are_not_saved_by_the_app():
+    from app import cli, cmd_chat
+    config_mod.save(config_mod.Config())  # a config file with the defaults
+    args = cli.build_parser().parse_args(["chat", "--temp", "0", "--spec-type", "ngram-mod", "-n", "50"])
+    cfg, saved = cmd_chat._configs(args)
+    assert (cfg.sampling.temperature, [t.value for t in cfg.spec.types], cfg.max_tokens) == (0.0, ["ngram-mod"], 50)
+    engine = ScriptedEngine(SCRIPT)
+    app = DraftlightApp(cfg, engine_factory=lambda m, s, p: engine, saved_config=saved)
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        assert [t.value for t in engine.spec.types] == ["ngram-mod"]
+        await pilot.press("f5")  # a UI choice is saved ...
+    on_disk = config_mod.load()
+    assert on_disk.ui_get("colouring") is False
+    # ... but not the one-off flags
+    assert on_disk.sampling.temperature == 0.8 and on_disk.spec.types == [] and on_disk.max_tokens == 1024

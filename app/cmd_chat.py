@@ -1,0 +1,79 @@
+"""``draftlight`` / ``draftlight chat``: the chat app (Textual).
+
+Flags given here win over ``config.toml``; what the app saves (theme,
+settings applied in the settings pane) goes back to ``config.toml``.
+Textual is imported only when the app runs, so ``draftlight --help`` and
+the headless commands stay quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import config as config_mod
+from .options import (add_model_args, add_sampling_args, add_spec_args, model_options_from_args,
+                      sampling_from_args, spec_from_args)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", help="system prompt for new chats (default: the one saved in config.toml)")
+    p.add_argument("-n", "--max-tokens", type=int, dest="max_tokens",
+                   help="maximum tokens per reply (default 1024)")
+    p.add_argument("--theme", help="theme name (dark, light, high-contrast, or a user theme)")
+    p.add_argument("--no-config", action="store_true",
+                   help="ignore config.toml (and do not write it)")
+    add_model_args(p)
+    add_sampling_args(p)
+    add_spec_args(p)
+
+
+def build_config(args: argparse.Namespace) -> config_mod.Config:
+    """config.toml with the command-line flags on top."""
+    return _configs(args)[0]
+
+
+def _configs(args: argparse.Namespace) -> tuple[config_mod.Config, config_mod.Config]:
+    """(the settings to use: file + flags, the file's own settings)."""
+    from .cli import CliError
+    try:
+        saved = config_mod.Config() if getattr(args, "no_config", False) else config_mod.load()
+    except config_mod.ConfigError as e:
+        raise CliError(str(e)) from None
+    cfg = config_mod.Config.from_toml_dict(saved.to_toml_dict())
+    cfg.spec = spec_from_args(args, cfg.spec)
+    cfg.sampling = sampling_from_args(args, cfg.sampling)
+    cfg.model = model_options_from_args(args, cfg.model)
+    if getattr(args, "max_tokens", None) is not None:
+        if args.max_tokens < 1:
+            raise CliError("--max-tokens must be at least 1")
+        cfg.max_tokens = args.max_tokens
+    if getattr(args, "system", None) is not None:
+        cfg.system_prompt = args.system
+    if getattr(args, "theme", None):
+        cfg.ui["theme"] = args.theme
+    return cfg, saved
+
+
+def _debug_dump_on_signal() -> None:
+    """With DRAFTLIGHT_DEBUG_DUMP=FILE, ``kill -USR1`` writes every thread's stack there."""
+    import os
+    path = os.environ.get("DRAFTLIGHT_DEBUG_DUMP")
+    if not path:
+        return
+    import faulthandler
+    import signal
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=open(path, "w"), all_threads=True)  # noqa: SIM115
+
+
+def run(args: argparse.Namespace) -> int:
+    from .cli import CliError
+    cfg, saved = _configs(args)
+    if not sys.stdin.isatty() or not sys.stdout.isatty():
+        raise CliError("the chat app needs a terminal; for scripts use 'draftlight generate'")
+    _debug_dump_on_signal()
+    from .ui.app import DraftlightApp
+    app = DraftlightApp(cfg, persist_config=not args.no_config, saved_config=saved)
+    code = app.run()
+    return int(code or 0)

@@ -1,0 +1,869 @@
+"""Screens: help, settings, chats, and small dialogs (confirm, text prompt)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Input, Label, OptionList, Static, Switch, TextArea
+from textual.widgets.option_list import Option
+
+from speculators.params import ParamError, SpecParams
+from speculators.sampling import SamplingParams
+from speculators.types import HIDDEN_STATE_TYPES, PRIORITY, SpecType
+
+from ..options import ModelOptions
+
+if TYPE_CHECKING:
+    from .app import DraftlightApp
+
+
+# ---------------------------------------------------------------------------
+# small dialogs
+# ---------------------------------------------------------------------------
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes/no; Enter or y confirms, Esc or n cancels."""
+
+    BINDINGS = [Binding("escape,n", "cancel", "Cancel"), Binding("y", "confirm", "Confirm")]
+
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 60; max-width: 90%; height: auto; padding: 1 2;
+        border: round $error; background: $surface; }
+    ConfirmScreen .question { margin-bottom: 1; }
+    ConfirmScreen Horizontal { height: auto; align-horizontal: right; }
+    ConfirmScreen Button { margin-left: 2; }
+    """
+
+    def __init__(self, question: str, confirm_label: str = "Delete"):
+        super().__init__()
+        self.question = question
+        self.confirm_label = confirm_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.question, classes="question")
+            with Horizontal():
+                yield Button("Cancel", id="no")
+                yield Button(self.confirm_label, variant="error", id="yes")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+
+class TextPromptScreen(ModalScreen[str | None]):
+    """Ask for a line (or, with ``multiline``, a block) of text; None when cancelled."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save", show=False)]
+
+    DEFAULT_CSS = """
+    TextPromptScreen { align: center middle; }
+    TextPromptScreen > Vertical { width: 76; max-width: 95%; height: auto; padding: 1 2;
+        border: round $primary; background: $surface; }
+    TextPromptScreen .title { text-style: bold; color: $primary; }
+    TextPromptScreen .hint { color: $text-muted; margin-bottom: 1; }
+    TextPromptScreen TextArea { height: 8; }
+    TextPromptScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    TextPromptScreen Button { margin-left: 2; }
+    """
+
+    def __init__(self, title: str, value: str = "", *, hint: str = "", multiline: bool = False,
+                 ok_label: str = "Save"):
+        super().__init__()
+        self.title_text = title
+        self.value = value
+        self.hint = hint
+        self.multiline = multiline
+        self.ok_label = ok_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.title_text, classes="title")
+            if self.hint:
+                yield Static(self.hint, classes="hint")
+            if self.multiline:
+                yield TextArea(self.value, id="value", soft_wrap=True, tab_behavior="focus")
+            else:
+                yield Input(self.value, id="value")
+            with Horizontal():
+                yield Button("Cancel", id="cancel")
+                yield Button(self.ok_label, variant="primary", id="ok")
+
+    def on_mount(self) -> None:
+        self.query_one("#value").focus()
+
+    def _value(self) -> str:
+        w = self.query_one("#value")
+        return w.text if isinstance(w, TextArea) else w.value  # type: ignore[attr-defined]
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(self._value())
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(self._value() if event.button.id == "ok" else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def action_save(self) -> None:
+        self.dismiss(self._value())
+
+
+# ---------------------------------------------------------------------------
+# help
+# ---------------------------------------------------------------------------
+
+class HelpScreen(ModalScreen[None]):
+    """Every action with its key (the same list feeds the bindings and the command palette)."""
+
+    BINDINGS = [Binding("escape,f1,q", "close", "Close")]
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 78; max-width: 96%; height: 90%; padding: 1 2;
+        border: round $primary; background: $surface; }
+    HelpScreen .title { text-style: bold; color: $primary; }
+    """
+
+    def __init__(self, rows: Sequence[tuple[str, str, str]]):
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static("Keys", classes="title")
+            lines: list[Content] = []
+            group = None
+            for g, key, desc in self.rows:
+                if g != group:
+                    group = g
+                    lines.append(Content(""))
+                    lines.append(Content.styled(g, "bold $secondary"))
+                lines.append(Content.assemble((f"  {key:<21}", "bold $accent"), desc))
+            lines += [Content(""), Content.styled(
+                "Every action is also in the command palette (Ctrl+P). Esc closes this.", "$foreground-muted")]
+            yield Static(Content("\n").join(lines))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+# ---------------------------------------------------------------------------
+# chats
+# ---------------------------------------------------------------------------
+
+def _ago(t: float) -> str:
+    d = max(0.0, time.time() - t)
+    if d < 60:
+        return "just now"
+    if d < 3600:
+        return f"{int(d // 60)} min ago"
+    if d < 86400:
+        return f"{int(d // 3600)} h ago"
+    return time.strftime("%Y-%m-%d", time.localtime(t))
+
+
+class ChatsScreen(ModalScreen[None]):
+    """Saved chats, newest first: resume, new, rename, delete, export."""
+
+    BINDINGS = [
+        Binding("escape,f2", "close", "Close"),
+        Binding("enter", "resume", "Resume", show=False),
+        Binding("n", "new", "New"),
+        Binding("r", "rename", "Rename"),
+        Binding("d,delete", "delete", "Delete"),
+        Binding("e", "export", "Export"),
+    ]
+
+    DEFAULT_CSS = """
+    ChatsScreen { align: center middle; }
+    ChatsScreen > Vertical { width: 84; max-width: 96%; height: 85%; padding: 0 1;
+        border: round $primary; background: $surface; }
+    ChatsScreen .title { text-style: bold; color: $primary; padding: 0 1; }
+    ChatsScreen OptionList, ChatsScreen OptionList:focus { height: 1fr; border: none; background: $surface;
+        padding: 0; }
+    ChatsScreen .hint { color: $text-muted; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Chats", classes="title")
+            yield OptionList(id="chats")
+            yield Static(Content.assemble(
+                ("Enter", "bold $accent"), " resume  ", ("n", "bold $accent"), " new  ",
+                ("r", "bold $accent"), " rename  ", ("d", "bold $accent"), " delete  ",
+                ("e", "bold $accent"), " export  ", ("Esc", "bold $accent"), " close"), classes="hint")
+
+    @property
+    def dapp(self) -> "DraftlightApp":
+        return self.app  # type: ignore[return-value]
+
+    def on_mount(self) -> None:
+        self.refresh_list()
+        self.query_one(OptionList).focus()
+
+    def refresh_list(self, select: int | None = None) -> None:
+        ol = self.query_one(OptionList)
+        ol.clear_options()
+        chats = self.dapp.history.list_chats() if self.dapp.history else []
+        current = self.dapp.chat_id
+        for c in chats:
+            mark = "● " if c.id == current else "  "
+            prompt = Content.assemble((mark, "$accent"), (c.title, "bold"), "\n",
+                                      (f"    {_ago(c.updated)} · {c.n_messages} messages", "$foreground-muted"))
+            ol.add_option(Option(prompt, id=str(c.id)))
+        if not chats:
+            ol.add_option(Option(Content.styled("No saved chats yet — send a message to start one.",
+                                                "$foreground-muted"), id="none", disabled=True))
+        if chats:
+            idx = 0
+            if select is not None:
+                for i, c in enumerate(chats):
+                    if c.id == select:
+                        idx = i
+            ol.highlighted = idx
+
+    def _selected(self) -> int | None:
+        ol = self.query_one(OptionList)
+        if ol.highlighted is None:
+            return None
+        opt = ol.get_option_at_index(ol.highlighted)
+        if opt.id in (None, "none"):
+            return None
+        return int(opt.id)
+
+    @on(OptionList.OptionSelected)
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.action_resume()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_resume(self) -> None:
+        cid = self._selected()
+        if cid is not None:
+            self.dismiss(None)
+            self.dapp.resume_chat(cid)
+
+    def action_new(self) -> None:
+        self.dismiss(None)
+        self.dapp.action_new_chat()
+
+    def action_rename(self) -> None:
+        cid = self._selected()
+        if cid is None:
+            return
+        title = next((c.title for c in self.dapp.history.list_chats() if c.id == cid), "")
+
+        def done(value: str | None) -> None:
+            if value is not None and value.strip():
+                self.dapp.rename_chat(cid, value.strip())
+                self.refresh_list(select=cid)
+        self.app.push_screen(TextPromptScreen("Rename chat", title), done)
+
+    def action_delete(self) -> None:
+        cid = self._selected()
+        if cid is None:
+            return
+        title = next((c.title for c in self.dapp.history.list_chats() if c.id == cid), "")
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.dapp.delete_chat(cid)
+                self.refresh_list()
+        self.app.push_screen(ConfirmScreen(f"Delete the chat “{title}”? This cannot be undone."), done)
+
+    def action_export(self) -> None:
+        cid = self._selected()
+        if cid is not None:
+            self.dapp.export_chat(cid)
+
+
+# ---------------------------------------------------------------------------
+# settings
+# ---------------------------------------------------------------------------
+
+SPEC_INFO: dict[SpecType, str] = {
+    SpecType.NGRAM_SIMPLE: "repeats what followed the last n-gram",
+    SpecType.NGRAM_MAP_K: "map from n-gram to its continuation",
+    SpecType.NGRAM_MAP_K4V: "n-gram map with up to 4 continuations",
+    SpecType.NGRAM_MOD: "hashed n-gram pool shared across replies",
+    SpecType.NGRAM_CACHE: "lookup caches: a static and a dynamic file",
+    SpecType.DRAFT_SIMPLE: "a small draft model, same vocabulary",
+    SpecType.DRAFT_EAGLE3: "EAGLE-3 drafter on the hidden states",
+    SpecType.DRAFT_MTP: "the model's multi-token-prediction heads",
+    SpecType.DRAFT_DFLASH: "DFlash block drafter",
+    SpecType.DRAFT_DSPARK: "DSpark drafter",
+}
+
+#: (key, label, kind) — key is "section.name" of SpecParams / "sampling.x" / "model.x"
+Field = tuple[str, str, str]
+
+SPEC_FIELDS: dict[SpecType, list[Field]] = {
+    SpecType.NGRAM_SIMPLE: [("ngram_simple.size_n", "lookup n-gram size", "int"),
+                            ("ngram_simple.size_m", "draft m-gram size", "int"),
+                            ("ngram_simple.min_hits", "min hits", "int")],
+    SpecType.NGRAM_MAP_K: [("ngram_map_k.size_n", "lookup n-gram size", "int"),
+                           ("ngram_map_k.size_m", "draft m-gram size", "int"),
+                           ("ngram_map_k.min_hits", "min hits", "int")],
+    SpecType.NGRAM_MAP_K4V: [("ngram_map_k4v.size_n", "lookup n-gram size", "int"),
+                             ("ngram_map_k4v.size_m", "draft m-gram size", "int"),
+                             ("ngram_map_k4v.min_hits", "min hits", "int")],
+    SpecType.NGRAM_MOD: [("ngram_mod.n_match", "match length", "int"),
+                         ("ngram_mod.n_min", "min draft", "int"),
+                         ("ngram_mod.n_max", "max draft", "int")],
+    SpecType.NGRAM_CACHE: [("ngram_cache.lookup_cache_static", "static cache file", "path"),
+                           ("ngram_cache.lookup_cache_dynamic", "dynamic cache file", "path")],
+    SpecType.DRAFT_SIMPLE: [("draft.model", "draft model", "path"),
+                            ("draft.n_max", "max draft tokens", "int"),
+                            ("draft.n_min", "min draft tokens", "int"),
+                            ("draft.p_min", "min probability", "float")],
+}
+
+SAMPLING_FIELDS: list[Field] = [
+    ("sampling.temperature", "temperature", "float"),
+    ("sampling.top_k", "top-k", "int"),
+    ("sampling.top_p", "top-p", "float"),
+    ("sampling.min_p", "min-p", "float"),
+    ("sampling.seed", "seed", "seed"),
+]
+
+MODEL_FIELDS: list[Field] = [
+    ("model.model", "model file", "path"),
+    ("model.ctx_size", "context size", "int"),
+    ("model.n_gpu_layers", "GPU layers", "ngl"),
+    ("model.threads", "threads", "optint"),
+    ("chat.max_tokens", "max reply tokens", "int"),
+]
+
+_DEFAULT_SPEC = SpecParams()
+_DEFAULT_SAMPLING = SamplingParams()
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set(obj: Any, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        obj = getattr(obj, part)
+    setattr(obj, parts[-1], value)
+
+
+def _fmt(value: Any, kind: str) -> str:
+    if value is None:
+        return ""
+    if kind == "seed" and value == 0xFFFFFFFF:
+        return ""
+    if kind == "ngl" and value == -1:
+        return "auto"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _parse(text: str, kind: str) -> Any:
+    """Parse a field; raises ValueError with a short message."""
+    t = text.strip()
+    if kind == "path":
+        return os.path.expanduser(t) if t else None
+    if kind == "optint":
+        if not t or t == "auto":
+            return None
+        kind = "int"
+    if kind == "seed":
+        if not t or t == "random":
+            return 0xFFFFFFFF
+        kind = "int"
+    if kind == "ngl":
+        if t in ("", "auto"):
+            return -1
+        if t == "all":
+            return 999
+        kind = "int"
+    if kind == "int":
+        try:
+            return int(t)
+        except ValueError:
+            raise ValueError("expected a whole number") from None
+    if kind == "float":
+        try:
+            v = float(t)
+        except ValueError:
+            raise ValueError("expected a number") from None
+        if not math.isfinite(v):
+            raise ValueError("expected a finite number")
+        return v
+    return t
+
+
+def _hint(key: str, kind: str) -> str:
+    section, name = key.split(".", 1)
+    if section == "sampling":
+        d = getattr(_DEFAULT_SAMPLING, name)
+    elif section == "model":
+        return {"model.model": "empty: the embedded default model",
+                "model.ctx_size": "default 4096 · 0: the model's own",
+                "model.n_gpu_layers": "auto, all or a number",
+                "model.threads": "empty: physical cores"}.get(key, "")
+    elif section == "chat":
+        return "default 1024"
+    else:
+        d = _get(_DEFAULT_SPEC, key)
+    if kind == "seed":
+        return "empty: random"
+    if kind == "path":
+        return {"draft.model": "a GGUF with the target's vocabulary",
+                "ngram_cache.lookup_cache_static": "optional, must exist",
+                "ngram_cache.lookup_cache_dynamic": "optional, updated as you chat"}.get(key, "optional")
+    return f"default {_fmt(d, kind)}"
+
+
+_TYPES_CACHE: dict[str, tuple[str | None, list[str]]] = {}
+
+
+def gguf_kind(path: str | None) -> tuple[str | None, list[str]]:
+    """(architecture, model-based spec types the file supports), from its header; cached."""
+    if not path:
+        return None, []
+    key = str(path)
+    if key not in _TYPES_CACHE:
+        try:
+            from speculators.gguf_detect import _types_from_info, read_gguf
+            info = read_gguf(key, tensors=True)
+            _TYPES_CACHE[key] = (info.architecture, [t.value for t in _types_from_info(info)])
+        except Exception:
+            _TYPES_CACHE[key] = (None, [])
+    return _TYPES_CACHE[key]
+
+
+def model_has_mtp(engine: Any) -> bool:
+    path = getattr(getattr(engine, "model", None), "path", None)
+    return SpecType.DRAFT_MTP.value in gguf_kind(path)[1]
+
+
+def registered_types() -> set[str]:
+    """Types the speculators package implements."""
+    from speculators.chain import implemented_types
+    return {t.value for t in implemented_types()}
+
+
+_DRAFTER_LABEL = {SpecType.DRAFT_EAGLE3: "EAGLE3", SpecType.DRAFT_DFLASH: "DFlash",
+                  SpecType.DRAFT_DSPARK: "DSpark"}
+
+
+def availability(engine: Any, draft_model: str | None) -> dict[str, str | None]:
+    """For each type, why it cannot be used now (None: it can)."""
+    skipped = dict(getattr(getattr(engine, "chain", None), "skipped", {}) or {})
+    impl = registered_types()
+    arch, drafter_types = gguf_kind(draft_model) if draft_model and Path(draft_model).is_file() else (None, [])
+    out: dict[str, str | None] = {}
+    for t in PRIORITY:
+        reason: str | None = None
+        if impl is not None and t.value not in impl:
+            reason = "not implemented in this version of draftlight"
+        elif t is SpecType.DRAFT_SIMPLE and not draft_model:
+            reason = "needs a draft model: set its path below"
+        elif t is SpecType.DRAFT_MTP and not model_has_mtp(engine) and \
+                SpecType.DRAFT_MTP.value not in drafter_types:
+            reason = "needs a model with MTP heads; this model has none"
+        elif t in _DRAFTER_LABEL:
+            label = _DRAFTER_LABEL[t]
+            ok = (arch or "").lower() == "eagle3" if t is SpecType.DRAFT_EAGLE3 else t.value in drafter_types
+            if not draft_model:
+                reason = f"needs an {label} drafter: set the draft model under draft-simple"
+            elif not ok:
+                reason = f"needs an {label} drafter; the draft model is not one"
+        if reason is None and t.value in skipped:
+            reason = skipped[t.value]
+        out[t.value] = reason
+    return out
+
+
+def discover_draft_models(engine: Any) -> list[tuple[str, str]] | None:
+    """Draft-model candidates on disk as (path, note), from app.model_discovery (None: no picker)."""
+    try:
+        from ..model_discovery import find_gguf_models
+    except Exception:
+        return None
+    target = getattr(engine, "model", None)
+    target_path = str(getattr(target, "path", "") or "")
+    out: list[tuple[str, str]] = []
+    for c in find_gguf_models():
+        if target_path and os.path.realpath(c.path) == os.path.realpath(target_path):
+            continue
+        note = c.display_name
+        if c.size:
+            note += f" · {c.size / 2**20:.0f} MiB"
+        if c.spec_types:
+            note += " · " + ", ".join(t.value for t in c.spec_types)
+        try:
+            verdict = c.compatibility_with(target) if target is not None and hasattr(target, "ptr") else None
+        except Exception as e:  # a file that cannot be checked is shown with why
+            verdict = None
+            note += f" · {e}"
+        if verdict is not None:
+            note += " · compatible" if verdict.ok else f" · ✗ {verdict.reason}"
+        out.append((str(c.path), note))
+    return out
+
+
+@dataclass
+class SettingsResult:
+    spec: SpecParams
+    sampling: SamplingParams
+    model: ModelOptions
+    max_tokens: int
+
+    def model_changed(self, old: ModelOptions) -> bool:
+        def key(m: ModelOptions) -> tuple:
+            ngl = -1 if m.n_gpu_layers is None else m.n_gpu_layers
+            return (m.model or None, m.ctx_size, m.threads, ngl)
+        return key(self.model) != key(old)
+
+
+def collect_errors(spec: SpecParams, sampling: SamplingParams) -> dict[str, str]:
+    """Every out-of-range value (validate() stops at the first; reset it and go on)."""
+    errors: dict[str, str] = {}
+    s = spec.copy()
+    for _ in range(64):
+        try:
+            s.validate()
+            break
+        except ParamError as e:
+            errors.setdefault(e.field, e.message)
+            if "." in e.field:
+                try:
+                    _set(s, e.field, _get(_DEFAULT_SPEC, e.field))
+                    continue
+                except AttributeError:
+                    pass
+            break
+    sm = dataclasses.replace(sampling)
+    for _ in range(8):
+        try:
+            sm.validate()
+            break
+        except ParamError as e:
+            errors.setdefault(f"sampling.{e.field}", e.message)
+            try:
+                setattr(sm, e.field, getattr(_DEFAULT_SAMPLING, e.field))
+            except AttributeError:
+                break
+    return errors
+
+
+class FieldRow(Horizontal):
+    """label · input · hint or error, on one line."""
+
+    DEFAULT_CSS = """
+    FieldRow { height: 1; margin-left: 4; }
+    FieldRow > .f-label { width: 20; color: $text-muted; }
+    FieldRow > Input { width: 12; }
+    FieldRow.-wide > Input { width: 1fr; max-width: 44; }
+    FieldRow > .f-note { width: 1fr; color: $text-muted; padding-left: 2; }
+    FieldRow.-wide > .f-note { width: auto; max-width: 30; }
+    FieldRow > .f-note.-error { color: $error; text-style: bold; }
+    """
+
+    def __init__(self, key: str, label: str, kind: str, value: str):
+        super().__init__(classes="-wide" if kind == "path" else "")
+        self.key = key
+        self.kind = kind
+        self.label = label
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        yield Label(self.label, classes="f-label")
+        yield Input(self.value, compact=True, id="f-" + self.key.replace(".", "--"))
+        yield Static(_hint(self.key, self.kind), classes="f-note")
+
+    def set_error(self, message: str | None) -> None:
+        note = self.query_one(".f-note", Static)
+        if message:
+            note.update(f"✗ {message}")
+            note.add_class("-error")
+        else:
+            note.update(_hint(self.key, self.kind))
+            note.remove_class("-error")
+
+
+class SettingsScreen(Screen[SettingsResult | None]):
+    """Speculation (every type in priority order), sampling, and model settings."""
+
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+s", "apply", "Apply", priority=True),
+        Binding("f3", "cancel", "Close", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    SettingsScreen { background: $background; }
+    SettingsScreen > .s-title { dock: top; height: 1; background: $panel; padding: 0 1; color: $primary;
+        text-style: bold; }
+    SettingsScreen > VerticalScroll { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
+    SettingsScreen .type-params { height: auto; }
+    SettingsScreen .s-section { margin-top: 1; color: $secondary; text-style: bold; }
+    SettingsScreen .s-note { color: $text-muted; margin-left: 2; }
+    SettingsScreen .type-row { height: 1; margin-top: 1; }
+    SettingsScreen Switch { border: none; padding: 0; height: 1; width: 6; margin-right: 1; margin-left: 1; }
+    SettingsScreen Switch:focus { border: none; background-tint: $foreground 0%; text-style: reverse; }
+    SettingsScreen .t-name { width: 16; text-style: bold; }
+    SettingsScreen .t-desc { width: 1fr; color: $text-muted; }
+    SettingsScreen .type-row.-unavailable .t-name { color: $text-disabled; }
+    SettingsScreen .type-row.-unavailable .t-desc { color: $warning; }
+    SettingsScreen .type-params.-off FieldRow > .f-label { color: $text-disabled; }
+    SettingsScreen .s-bottom { dock: bottom; height: 1; padding: 0 1; background: $panel; }
+    SettingsScreen .s-bottom Horizontal { height: auto; align-horizontal: right; }
+    SettingsScreen .s-bottom Button { margin-left: 2; min-width: 10; }
+    SettingsScreen #s-status { width: 1fr; color: $text-muted; }
+    SettingsScreen #s-status.-error { color: $error; }
+    SettingsScreen #drafts { height: auto; max-height: 10; margin: 0 4 0 4; display: none;
+        border: round $panel; border-title-color: $foreground-muted; }
+    """
+
+    def __init__(self, spec: SpecParams, sampling: SamplingParams, model: ModelOptions, max_tokens: int,
+                 engine: Any):
+        super().__init__()
+        self.spec = spec.copy()
+        self.sampling = dataclasses.replace(sampling)
+        self.model_opts = ModelOptions(**model.__dict__)
+        self.max_tokens = max_tokens
+        self.engine = engine
+        self.errors: dict[str, str] = {}
+        self.reasons: dict[str, str | None] = {}
+        self._revalidate_pending = False
+
+    # -- building ------------------------------------------------------------------
+    def _value(self, key: str, kind: str) -> str:
+        section, name = key.split(".", 1)
+        if section == "sampling":
+            return _fmt(getattr(self.sampling, name), kind)
+        if section == "model":
+            return _fmt(getattr(self.model_opts, name), kind)
+        if section == "chat":
+            return str(self.max_tokens)
+        return _fmt(_get(self.spec, key), kind)
+
+    def compose(self) -> ComposeResult:
+        self.reasons = availability(self.engine, self.spec.draft.model)
+        enabled = {t.value for t in self.spec.types}
+        yield Static("Settings", classes="s-title")
+        with VerticalScroll(id="s-scroll"):
+            yield Static("Speculation", classes="s-section")
+            yield Static("Types are asked in this order; the first one with a draft wins.", classes="s-note")
+            for t in PRIORITY:
+                reason = self.reasons.get(t.value)
+                with Horizontal(classes="type-row" + (" -unavailable" if reason else ""), id=f"row-{t.value}"):
+                    yield Switch(value=t.value in enabled and reason is None, disabled=reason is not None,
+                                 id=f"sw-{t.value}")
+                    yield Label(t.value, classes="t-name")
+                    yield Static(reason or SPEC_INFO.get(t, ""), classes="t-desc", id=f"desc-{t.value}")
+                fields = SPEC_FIELDS.get(t, [])
+                if fields:
+                    with Vertical(classes="type-params" + ("" if t.value in enabled else " -off"),
+                                  id=f"params-{t.value}"):
+                        for key, label, kind in fields:
+                            yield FieldRow(key, label, kind, self._value(key, kind))
+                        if t is SpecType.DRAFT_SIMPLE:
+                            yield OptionList(id="drafts")
+                elif t in HIDDEN_STATE_TYPES:
+                    pass
+            yield Static("Sampling", classes="s-section")
+            for key, label, kind in SAMPLING_FIELDS:
+                yield FieldRow(key, label, kind, self._value(key, kind))
+            yield Static("Model", classes="s-section")
+            yield Static("Changing these reloads the model; speculation and sampling do not.",
+                         classes="s-note")
+            for key, label, kind in MODEL_FIELDS:
+                yield FieldRow(key, label, kind, self._value(key, kind))
+        with Vertical(classes="s-bottom"):
+            with Horizontal():
+                yield Static("", id="s-status")
+                yield Button("Cancel", id="s-cancel", compact=True)
+                yield Button("Apply  ^S", variant="primary", id="s-apply", compact=True)
+
+    def on_mount(self) -> None:
+        self._revalidate()
+        first = next((sw for sw in self.query(Switch) if not sw.disabled), None)
+        if first is not None:
+            first.focus()
+        self._offer_drafts()
+
+    @work(thread=True, exclusive=True, group="drafts", exit_on_error=False)
+    def _offer_drafts(self) -> None:
+        try:
+            found = discover_draft_models(self.engine)
+        except Exception:
+            found = None
+        if found:
+            self.app.call_from_thread(self._show_drafts, found)
+
+    def _show_drafts(self, found: list[tuple[str, str]]) -> None:
+        ol = self.query_one("#drafts", OptionList)
+        ol.border_title = "GGUF models on this machine (Enter picks one)"
+        ol.clear_options()
+        for path, note in found:
+            ol.add_option(Option(Content.assemble((Path(path).name, "bold"), "\n",
+                                                  (f"  {note}", "$foreground-muted")), id=path))
+        ol.display = True
+
+    @on(OptionList.OptionSelected, "#drafts")
+    def _draft_picked(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id:
+            self.query_one("#f-draft--model", Input).value = event.option.id
+
+    # -- reading the form ------------------------------------------------------------
+    def read_form(self) -> tuple[SettingsResult, dict[str, str]]:
+        spec = self.spec.copy()
+        sampling = dataclasses.replace(self.sampling)
+        model = ModelOptions(**self.model_opts.__dict__)
+        max_tokens = self.max_tokens
+        errors: dict[str, str] = {}
+        for row in self.query(FieldRow):
+            text = row.query_one(Input).value
+            try:
+                value = _parse(text, row.kind)
+            except ValueError as e:
+                errors[row.key] = str(e)
+                continue
+            section, name = row.key.split(".", 1)
+            if section == "sampling":
+                setattr(sampling, name, value)
+            elif section == "model":
+                if name == "ctx_size" and value < 0:
+                    errors[row.key] = "must be >= 0"
+                if name == "threads" and value is not None and value < 1:
+                    errors[row.key] = "must be at least 1 (empty: automatic)"
+                if name == "n_gpu_layers" and value < -1:
+                    errors[row.key] = "must be -1 (auto) or more"
+                if name == "model" and value and not Path(value).is_file():
+                    errors[row.key] = "no such file"
+                setattr(model, name, value)
+            elif section == "chat":
+                if value < 1:
+                    errors[row.key] = "must be at least 1"
+                max_tokens = value
+            else:
+                if row.kind == "path" and name == "lookup_cache_static" and value and not Path(value).is_file():
+                    errors[row.key] = "no such file"
+                if row.kind == "path" and name == "model" and value and not Path(value).is_file():
+                    errors[row.key] = "no such file"
+                _set(spec, row.key, value)
+        types = []
+        for t in PRIORITY:
+            sw = self.query_one(f"#sw-{t.value}", Switch)
+            if sw.value and not sw.disabled:
+                types.append(t)
+        spec.types = types
+        for k, v in collect_errors(spec, sampling).items():
+            errors.setdefault(k, v)
+        return SettingsResult(spec, sampling, model, max_tokens), errors
+
+    def _revalidate(self) -> bool:
+        result, errors = self.read_form()
+        self.errors = errors
+        for row in self.query(FieldRow):
+            row.set_error(errors.get(row.key))
+        unplaced = [f"{k}: {v}" for k, v in errors.items()
+                    if not self.query(f"#f-{k.replace('.', '--')}")]
+        status = self.query_one("#s-status", Static)
+        if errors:
+            status.update(f"{len(errors)} value{'s' if len(errors) != 1 else ''} to fix"
+                          + (f" — {'; '.join(unplaced)}" if unplaced else ""))
+            status.add_class("-error")
+        else:
+            on = [t.value for t in result.spec.types]
+            status.update("speculation: " + (", ".join(on) if on else "off"))
+            status.remove_class("-error")
+        self.query_one("#s-apply", Button).disabled = bool(errors)
+        return not errors
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        if event.input.id == "f-draft--model" and self.is_mounted:
+            self._update_draft_availability(event.value.strip())
+        self._schedule_revalidate()
+
+    def _schedule_revalidate(self) -> None:
+        # many fields change at once while the screen mounts: validate once after them
+        if not self._revalidate_pending:
+            self._revalidate_pending = True
+
+            def run() -> None:
+                self._revalidate_pending = False
+                self._revalidate()
+            self.call_after_refresh(run)
+
+    def _update_draft_availability(self, draft_model: str) -> None:
+        self.reasons = availability(self.engine, draft_model or None)
+        for t in PRIORITY:
+            reason = self.reasons.get(t.value)
+            row = self.query_one(f"#row-{t.value}", Horizontal)
+            sw = self.query_one(f"#sw-{t.value}", Switch)
+            row.set_class(reason is not None, "-unavailable")
+            sw.disabled = reason is not None
+            if reason is not None:
+                sw.value = False
+            self.query_one(f"#desc-{t.value}", Static).update(reason or SPEC_INFO.get(t, ""))
+
+    @on(Switch.Changed)
+    def _switched(self, event: Switch.Changed) -> None:
+        name = (event.switch.id or "")[3:]
+        params = self.query(f"#params-{name}")
+        if params:
+            params.first().set_class(not event.value, "-off")
+        self._schedule_revalidate()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_apply()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "s-apply":
+            self.action_apply()
+        else:
+            self.action_cancel()
+
+    def action_apply(self) -> None:
+        if not self._revalidate():
+            self.app.bell()
+            bad = next(iter(self.errors))
+            w = self.query(f"#f-{bad.replace('.', '--')}")
+            if w:
+                w.first().focus()
+            return
+        result, _ = self.read_form()
+        self.dismiss(result)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,106 @@
+"""UI benchmark: stream scripted tokens through the real widgets and measure the lag.
+
+The lag of a token is the time from the moment the generation worker got
+its event from the engine to the moment the reply widget rendered a frame
+that includes it (the compositor calls ``render`` when it paints).
+
+Run it with ``python -m app.ui.uibench [tokens_per_s] [n_tokens]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+
+
+@dataclass
+class BenchResult:
+    n_tokens: int
+    tokens_per_s: float
+    received: int
+    in_order: bool
+    text_ok: bool
+    p50_ms: float
+    p95_ms: float
+    max_ms: float
+    seconds: float
+
+    def summary(self) -> str:
+        return (f"{self.received}/{self.n_tokens} tokens at {self.tokens_per_s:.0f}/s in {self.seconds:.2f}s, "
+                f"in order: {self.in_order}, lag p50 {self.p50_ms:.1f} ms, p95 {self.p95_ms:.1f} ms, "
+                f"max {self.max_ms:.1f} ms")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
+    return s[k]
+
+
+async def run_benchmark(tokens_per_s: float = 2000.0, n_tokens: int = 4000,
+                        size: tuple[int, int] = (100, 30)) -> BenchResult:
+    import time
+
+    from .. import config as config_mod
+    from ..storage import History
+    from .app import DraftlightApp, LagProbe
+    from .scripted import ScriptedEngine, demo_script
+    from speculators.params import SpecParams
+
+    script = demo_script(n_tokens)
+    expected = "".join("".join(toks) for _, toks in script)
+    engine = ScriptedEngine(script, tokens_per_s=tokens_per_s)
+    cfg = config_mod.Config()
+    cfg.max_tokens = n_tokens + 10
+    cfg.spec = SpecParams.from_types("ngram-mod,ngram-simple")
+    tmp = tempfile.mkdtemp(prefix="draftlight-bench-")
+    app = DraftlightApp(cfg, engine_factory=lambda m, s, p: engine, history=History(os.path.join(tmp, "h.sqlite3")),
+                        persist_config=False)
+    app.lag_probe = LagProbe()
+    t0 = time.perf_counter()
+    async with app.run_test(size=size) as pilot:
+        for _ in range(200):
+            if app.engine is not None:
+                break
+            await pilot.pause(0.02)
+        app.send("benchmark")
+        t0 = time.perf_counter()
+        deadline = t0 + n_tokens / tokens_per_s * 4 + 10
+        while (app.job is not None) and time.perf_counter() < deadline:
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        seconds = time.perf_counter() - t0
+        views = app._views()
+        reply = views[-1]
+        text = reply.text
+        n_received = reply.body.n_tokens
+        record = None
+        if app.history is not None and reply.msg_id is not None:
+            record = app.history.load_chat(app.chat_id).messages[-1].tokens  # type: ignore[arg-type]
+    lags = [v * 1000 for v in app.lag_probe.lags.values()]
+    in_order = bool(record is not None and record.ids == list(range(1000, 1000 + len(record.ids)))
+                    and len(record.ids) == n_received)
+    return BenchResult(n_tokens=len([1 for _, toks in script for _ in toks]), tokens_per_s=tokens_per_s,
+                       received=n_received, in_order=in_order, text_ok=text == expected,
+                       p50_ms=statistics.median(lags) if lags else float("nan"),
+                       p95_ms=_percentile(lags, 0.95), max_ms=max(lags) if lags else float("nan"),
+                       seconds=seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rate = float(argv[0]) if argv else 2000.0
+    n = int(argv[1]) if len(argv) > 1 else 4000
+    result = asyncio.run(run_benchmark(rate, n))
+    print(result.summary())
+    return 0 if result.in_order and result.text_ok and result.received == result.n_tokens else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

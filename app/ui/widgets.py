@@ -1,0 +1,761 @@
+"""The chat app's widgets: messages with coloured draft runs, the prompt, bars and panels."""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.content import Content, Span
+from textual.message import Message
+from rich.cells import get_character_cell_size
+from textual.reactive import reactive
+from textual.strip import Strip
+from textual.style import Style
+from textual.widget import Widget
+from textual.widgets import Markdown, Static, TextArea
+
+from speculators.events import GenerationStats
+
+from ..storage import TokenRecord
+from .stats import SessionStats, acceptance_bars, pct, reply_footer
+
+if TYPE_CHECKING:
+    from .app import DraftlightApp
+
+
+@dataclass
+class Run:
+    """Consecutive accepted tokens of one draft."""
+
+    start: int      # character offsets in the reply text
+    end: int
+    by: str
+    pos0: int       # draft position of its first token
+    pos1: int       # ... and of its last
+    n: int = 1
+
+    def describe(self) -> str:
+        where = f"draft position {self.pos0}" if self.pos0 == self.pos1 else \
+            f"draft positions {self.pos0}–{self.pos1}"
+        return f"{self.by} · {where} · {self.n} token{'s' if self.n != 1 else ''}"
+
+
+def _cell(ch: str) -> int:
+    return 1 if " " <= ch < "\u0300" else get_character_cell_size(ch)
+
+
+def wrap_lines(text: str, start: int, width: int) -> list[tuple[int, int]]:
+    """Greedy word wrap of ``text[start:]`` into ``(start, end)`` offsets, ``width`` cells a line.
+
+    Appending text never changes lines before the last one, so a growing
+    reply is re-wrapped from the start of its last line only.
+    """
+    width = max(1, width)
+    out: list[tuple[int, int]] = []
+    n = len(text)
+    i = start
+    while True:
+        nl = text.find("\n", i)
+        para_end = n if nl < 0 else nl
+        if i == para_end:
+            out.append((i, i))
+        while i < para_end:
+            j = i
+            w = 0
+            last_break = -1
+            while j < para_end:
+                cw = _cell(text[j])
+                if w + cw > width:
+                    break
+                w += cw
+                if text[j] == " ":
+                    last_break = j + 1
+                j += 1
+            if j >= para_end:
+                out.append((i, para_end))
+                i = para_end
+                break
+            if text[j] == " ":
+                out.append((i, j))
+                while j < para_end and text[j] == " ":
+                    j += 1
+                i = j
+                if i == para_end:
+                    break
+            elif last_break > i:
+                out.append((i, last_break))
+                i = last_break
+            else:
+                out.append((i, j if j > i else i + 1))
+                i = j if j > i else i + 1
+        if nl < 0:
+            break
+        i = nl + 1
+        if i == n:
+            out.append((i, i))
+            break
+    return out
+
+
+class ReplyBody(Widget):
+    """The text of one message; drafted tokens coloured by their speculator.
+
+    A Line API widget: the text is word-wrapped into line offsets, and only
+    the lines on screen are rendered (each cached until it changes). A
+    streamed token re-wraps the last line only, so the cost of a frame does
+    not grow with the length of the reply.
+    """
+
+    DEFAULT_CSS = """
+    ReplyBody { height: auto; width: 1fr; }
+    """
+
+    coloured: reactive[bool] = reactive(True)
+    selected_run: reactive[int | None] = reactive(None)
+
+    def __init__(self, text: str = "", tokens: TokenRecord | None = None, **kw: Any):
+        super().__init__(**kw)
+        self._text = ""
+        #: starts and (end, by, pos, run) of every drafted token with text, in order
+        self._d_starts: list[int] = []
+        self._drafted: list[tuple[int, int, str, int, int]] = []
+        self.runs: list[Run] = []
+        self._last_by: str | None = None
+        self._last_pos: int | None = None
+        self.n_tokens = 0
+        self._wrap_width = -1
+        self._lines: list[tuple[int, int]] = []
+        self._strips: dict[int, Strip] = {}
+        self._strip_key: tuple = ()
+        #: lag probe (benchmark): when each token's event reached the worker
+        self._times: list[float] = []
+        self._probed = 0
+        if tokens is not None and len(tokens):
+            self.append_tokens(zip(tokens.texts, tokens.drafted_by, tokens.draft_pos))
+        elif text:
+            self._text = text
+
+    # -- content ---------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def set_text(self, text: str) -> None:
+        self._text = text
+        self._d_starts.clear()
+        self._drafted.clear()
+        self.runs.clear()
+        self._wrap_width = -1
+        self._strips.clear()
+        self.refresh(layout=True)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` characters (the engine trimmed a stop string it had streamed)."""
+        if n >= len(self._text):
+            return
+        self._text = self._text[:n]
+        kept = [(s0, min(s1, n), by, pos, run) for s0, s1, by, pos, run in self._drafted if s0 < n]
+        self._drafted = kept
+        self._d_starts = [d[0] for d in kept]
+        runs = [r for r in self.runs if r.start < n]
+        if runs and runs[-1].end > n:
+            runs[-1].end = n
+        self.runs = runs
+        self._wrap_width = -1
+        self._lines = []
+        self._strips.clear()
+        self.refresh(layout=True)
+
+    def append_tokens(self, tokens: Iterable[tuple[str, str | None, int | None]],
+                      times: Sequence[float] | None = None) -> None:
+        """Add ``(text, drafted_by, draft_pos)`` triples."""
+        n0 = self.n_tokens
+        pieces: list[str] = []
+        length = len(self._text)
+        for text, by, pos in tokens:
+            self.n_tokens += 1
+            if by is None or pos is None:
+                self._last_by = None
+                self._last_pos = None
+            else:
+                new_run = (by != self._last_by or self._last_pos is None or pos != self._last_pos + 1
+                           or not self.runs)
+                if text:
+                    if new_run:
+                        self.runs.append(Run(length, length + len(text), by, pos, pos))
+                    else:
+                        r = self.runs[-1]
+                        r.end = length + len(text)
+                        r.pos1 = pos
+                        r.n += 1
+                    self._d_starts.append(length)
+                    self._drafted.append((length, length + len(text), by, pos, len(self.runs) - 1))
+                self._last_by, self._last_pos = by, pos
+            if text:
+                pieces.append(text)
+                length += len(text)
+        if times is not None and self.app_probe is not None:
+            self._times.extend([0.0] * (n0 - len(self._times)))
+            self._times.extend(times)
+        if not pieces:
+            return
+        self._text += "".join(pieces)
+        n_lines = len(self._lines)
+        if self._wrap_width > 0:
+            self._rewrap_tail()
+        self.refresh(layout=len(self._lines) != n_lines or self._wrap_width <= 0)
+
+    @property
+    def app_probe(self):
+        try:
+            return getattr(self.app, "lag_probe", None)
+        except Exception:  # not mounted yet
+            return None
+
+    # -- wrapping ------------------------------------------------------------------
+    def _ensure_wrapped(self, width: int) -> None:
+        if width != self._wrap_width:
+            self._wrap_width = width
+            self._lines = wrap_lines(self._text, 0, width) if self._text else []
+            self._strips.clear()
+
+    def _rewrap_tail(self) -> None:
+        if not self._lines:
+            self._lines = wrap_lines(self._text, 0, self._wrap_width)
+            self._strips.clear()
+            return
+        first = len(self._lines) - 1
+        start = self._lines[first][0]
+        del self._lines[first:]
+        self._lines.extend(wrap_lines(self._text, start, self._wrap_width))
+        for y in [y for y in self._strips if y >= first]:
+            del self._strips[y]
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        self._ensure_wrapped(width)
+        return max(1, len(self._lines))
+
+    # -- rendering -------------------------------------------------------------
+    def _palette(self) -> tuple[int, Mapping[str, Style]]:
+        app = self.app
+        return getattr(app, "palette_version", 0), getattr(app, "draft_styles", {})
+
+    def _line_content(self, start: int, end: int, styles: Mapping[str, Style]) -> Content:
+        text = self._text[start:end]
+        if not self.coloured or not self._drafted:
+            return Content(text)
+        spans: list[Span] = []
+        i = bisect_right(self._d_starts, start) - 1
+        if i < 0:
+            i = 0
+        fallback = Style(bold=True)
+        d = self._drafted
+        while i < len(d) and d[i][0] < end:
+            s0, s1, by, pos, run = d[i]
+            if s1 > start:
+                style = styles.get(by, fallback) + Style.from_meta({"by": by, "pos": pos, "run": run})
+                spans.append(Span(max(s0, start) - start, min(s1, end) - start, style))
+            i += 1
+        sel = self.selected_run
+        if sel is not None and 0 <= sel < len(self.runs):
+            r = self.runs[sel]
+            if r.start < end and r.end > start:
+                spans.append(Span(max(r.start, start) - start, min(r.end, end) - start,
+                                  Style(reverse=True, underline=True)))
+        return Content(text, spans)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        self._ensure_wrapped(width)
+        probe = self.app_probe
+        if probe is not None and self._probed < len(self._times):
+            now = time.perf_counter()
+            for i in range(self._probed, len(self._times)):
+                if self._times[i]:
+                    probe.record(i, now - self._times[i])
+            self._probed = len(self._times)
+        version, styles = self._palette()
+        key = (version, self.coloured, self.selected_run, width)
+        if key != self._strip_key:
+            self._strip_key = key
+            self._strips.clear()
+        strip = self._strips.get(y)
+        if strip is not None:
+            return strip
+        base = self.visual_style
+        if y >= len(self._lines):
+            if y == 0 and self.has_class("-pending"):
+                content = Content.styled("…", "dim")
+            else:
+                return Strip.blank(width, base.rich_style)
+        else:
+            start, end = self._lines[y]
+            content = self._line_content(start, end, styles)
+        strip = Strip(content.render_segments(base)).extend_cell_length(width, base.rich_style) \
+            .crop(0, width)
+        self._strips[y] = strip
+        return strip
+
+    def watch_coloured(self) -> None:
+        self.refresh()
+
+    def watch_selected_run(self) -> None:
+        self.refresh()
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        meta = event.style.meta if event.style else {}
+        by = meta.get("by")
+        info = None
+        if by:
+            run = meta.get("run")
+            info = f"drafted by {by} at draft position {meta.get('pos')}"
+            if isinstance(run, int) and 0 <= run < len(self.runs):
+                info += f" (run of {self.runs[run].n} from position {self.runs[run].pos0})"
+        if info != self.tooltip:
+            self.tooltip = info
+        self.post_message(ProvenanceHover(info))
+
+    def on_leave(self, event: events.Leave) -> None:
+        self.post_message(ProvenanceHover(None))
+
+
+class ProvenanceHover(Message):
+    """Which speculator drafted the text under the pointer or the selection (None: none)."""
+
+    def __init__(self, info: str | None):
+        super().__init__()
+        self.info = info
+
+
+class MessageView(Vertical, can_focus=True):
+    """One chat message: who, the text, and (for replies) a line of statistics."""
+
+    BINDINGS = [
+        Binding("c", "copy", "Copy message"),
+        Binding("right,]", "next_run", "Next drafted run", show=False),
+        Binding("left,[", "prev_run", "Previous drafted run", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    MessageView {
+        height: auto;
+        padding: 0 1;
+        margin: 0 0 1 0;
+    }
+    MessageView > .msg-head { color: $text-muted; height: 1; }
+    MessageView.-user > .msg-head { color: $primary; text-style: bold; }
+    MessageView.-assistant > .msg-head { color: $secondary; text-style: bold; }
+    MessageView.-user { border-left: outer $primary 50%; }
+    MessageView.-assistant { border-left: outer $secondary 40%; }
+    MessageView:focus { background: $boost; }
+    MessageView:focus.-user { border-left: outer $primary; }
+    MessageView:focus.-assistant { border-left: outer $secondary; }
+    MessageView > .msg-foot { color: $text-muted; height: auto; }
+    MessageView.-error > ReplyBody { color: $error; }
+    MessageView > Markdown { margin: 0; padding: 0; }
+    MessageView > Markdown > * { margin-bottom: 0; }
+    """
+
+    def __init__(self, role: str, text: str = "", *, tokens: TokenRecord | None = None,
+                 stats: Mapping[str, Any] | None = None, status: str | None = None,
+                 finish: str | None = None, msg_id: int | None = None, label: str | None = None):
+        classes = f"-{role}"
+        super().__init__(classes=classes)
+        self.role = role
+        self.msg_id = msg_id
+        self.stats = dict(stats) if stats else None
+        self.status = status
+        self.finish = finish
+        self.streaming = False
+        self.error: str | None = None
+        self.label = label or {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
+        self.body = ReplyBody(text=text, tokens=tokens)
+        self.head = Static(self.label, classes="msg-head")
+        self.foot = Static("", classes="msg-foot")
+        self._markdown: Markdown | None = None
+        self._md_pending = False
+        self.view_mode = "coloured"
+
+    @property
+    def text(self) -> str:
+        return self.body.text
+
+    def compose(self) -> ComposeResult:
+        yield self.head
+        yield self.body
+        yield self.foot
+
+    def on_mount(self) -> None:
+        self._update_foot()
+        app: DraftlightApp = self.app  # type: ignore[assignment]
+        self.set_view(getattr(app, "view_mode", "coloured"))
+
+    # -- streaming -------------------------------------------------------------
+    def start_streaming(self) -> None:
+        self.streaming = True
+        self.add_class("-streaming")
+        self.body.add_class("-pending")
+        self.foot.update("writing…")
+
+    def add_tokens(self, tokens, times=None) -> None:
+        self.body.append_tokens(tokens, times)
+        if self.view_mode == "markdown":
+            self._schedule_markdown()
+
+    def live_stats(self, stats: GenerationStats) -> None:
+        d = stats.to_dict()
+        self.foot.update(reply_footer(d) + " · writing…")
+
+    def finish_streaming(self, stats: Mapping[str, Any] | None, finish: str | None, text: str | None = None) -> None:
+        self.streaming = False
+        self.remove_class("-streaming")
+        self.body.remove_class("-pending")
+        self.stats = dict(stats) if stats else None
+        self.finish = finish
+        self.status = "cancelled" if finish == "cancelled" else "done"
+        if text is not None and not self.body.runs and text != self.body.text:
+            self.body.set_text(text)
+        self._update_foot()
+        if self.view_mode == "markdown":
+            self._schedule_markdown()
+        self.body.refresh(layout=True)
+
+    def fail(self, error: str) -> None:
+        self.streaming = False
+        self.error = error
+        self.remove_class("-streaming")
+        self.body.remove_class("-pending")
+        self.add_class("-error")
+        if not self.body.text:
+            self.body.set_text(error)
+        self.foot.update(f"error: {error}" if self.body.text != error else "not sent to the model's history")
+        self.body.refresh(layout=True)
+
+    def _update_foot(self) -> None:
+        if self.role != "assistant":
+            self.foot.display = False
+            return
+        if self.streaming:
+            return
+        if self.error:
+            return
+        self.foot.update(reply_footer(self.stats, self.finish, self.status))
+
+    # -- views -------------------------------------------------------------------
+    def set_view(self, mode: str) -> None:
+        """``coloured``, ``plain`` or ``markdown`` (user messages: never Markdown)."""
+        self.view_mode = mode
+        self.body.coloured = mode == "coloured"
+        if mode == "markdown" and self.role == "assistant" and not self.error:
+            if self._markdown is None:
+                self._markdown = Markdown(self.body.text)
+                self.mount(self._markdown, after=self.body)
+            else:
+                self._schedule_markdown()
+            self._markdown.display = True
+            self.body.display = False
+        else:
+            if self._markdown is not None:
+                self._markdown.display = False
+            self.body.display = True
+
+    def _schedule_markdown(self) -> None:
+        if self._markdown is None or self._md_pending:
+            return
+        self._md_pending = True
+
+        def update() -> None:
+            self._md_pending = False
+            if self._markdown is not None:
+                self._markdown.update(self.body.text)
+        self.set_timer(0.15 if self.streaming else 0.0, update)
+
+    # -- actions -------------------------------------------------------------------
+    def action_copy(self) -> None:
+        self.app.copy_text(self.body.text, what="message")  # type: ignore[attr-defined]
+
+    def _select(self, step: int) -> None:
+        runs = self.body.runs
+        if not runs or self.view_mode != "coloured":
+            self.app.notify("This message has no coloured draft runs" if not runs else
+                            "Turn colouring on (F5) to inspect drafted runs", timeout=3)
+            return
+        cur = self.body.selected_run
+        nxt = (0 if step > 0 else len(runs) - 1) if cur is None else (cur + step) % len(runs)
+        self.body.selected_run = nxt
+        r = runs[nxt]
+        self.post_message(ProvenanceHover(f"run {nxt + 1}/{len(runs)}: {r.describe()}"))
+
+    def action_next_run(self) -> None:
+        self._select(1)
+
+    def action_prev_run(self) -> None:
+        self._select(-1)
+
+    def on_blur(self) -> None:
+        if self.body.selected_run is not None:
+            self.body.selected_run = None
+            self.post_message(ProvenanceHover(None))
+
+
+def _prompt_bindings() -> list:
+    """TextArea's bindings minus the keys the app uses (F6/F7 select line/all there)."""
+    taken = {"f6", "f7"}
+    out = []
+    for b in TextArea.BINDINGS:
+        keys = [k for k in b.key.split(",") if k.strip() not in taken] if isinstance(b, Binding) else None
+        if keys is None:
+            out.append(b)
+        elif keys:
+            out.append(Binding(",".join(keys), b.action, b.description, show=b.show, priority=b.priority,
+                               key_display=b.key_display, tooltip=b.tooltip))
+    return out
+
+
+class PromptInput(TextArea, inherit_bindings=False):
+    """Multi-line prompt: Enter sends, Shift+Enter / Ctrl+J / Alt+Enter insert a newline.
+
+    With an empty prompt, Up and Down walk through what was sent before.
+    """
+
+    BINDINGS = _prompt_bindings()
+
+    class Send(Message):
+        def __init__(self, text: str):
+            super().__init__()
+            self.text = text
+
+    NEWLINE_KEYS = ("shift+enter", "ctrl+j", "newline", "alt+enter", "ctrl+enter")
+
+    def __init__(self, sent: list[str] | None = None, **kw: Any):
+        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
+                         highlight_cursor_line=False, compact=True, **kw)
+        self.sent: list[str] = list(sent or [])
+        self._hist_pos: int | None = None
+
+    def remember(self, text: str) -> None:
+        if text and (not self.sent or self.sent[-1] != text):
+            self.sent.append(text)
+        self._hist_pos = None
+
+    def _show_history(self, pos: int | None) -> None:
+        self._hist_pos = pos
+        self.text = "" if pos is None else self.sent[pos]
+        self.move_cursor(self.document.end)
+
+    async def _on_key(self, event: events.Key) -> None:
+        key = event.key
+        if key == "enter":
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Send(self.text))
+            return
+        if key in self.NEWLINE_KEYS or "newline" in event.aliases:
+            event.stop()
+            event.prevent_default()
+            start, end = self.selection
+            self._replace_via_keyboard("\n", start, end)
+            return
+        browsing = self._hist_pos is not None and self.text == self.sent[self._hist_pos]
+        if key == "up" and self.sent and (not self.text or browsing):
+            event.stop()
+            event.prevent_default()
+            pos = len(self.sent) - 1 if self._hist_pos is None else max(0, self._hist_pos - 1)
+            self._show_history(pos)
+            return
+        if key == "down" and browsing:
+            event.stop()
+            event.prevent_default()
+            assert self._hist_pos is not None
+            nxt = self._hist_pos + 1
+            self._show_history(nxt if nxt < len(self.sent) else None)
+            return
+        if self._hist_pos is not None and not browsing:
+            self._hist_pos = None
+        await super()._on_key(event)
+
+
+class TopBar(Static):
+    """One calm line: app name, model, speculation, state."""
+
+    DEFAULT_CSS = """
+    TopBar { dock: top; height: 1; background: $panel; color: $text-muted; padding: 0 1; }
+    """
+
+    def show(self, model: str, spec: str, state: str, chat: str = "") -> None:
+        width = (self.size.width or 80) - 2
+        state_c = Content.styled(state, "$accent" if "…" in state else "$foreground-muted")
+        room = max(0, width - state_c.cell_length - 2)
+        parts: list[Content] = [Content.assemble(("draftlight", "bold $primary"), "  ", (model, "$foreground"))]
+        if spec:
+            parts.append(Content.assemble("  ·  ", (spec, "$secondary")))
+        left = Content("").join(parts)
+        if chat and left.cell_length + 5 + 12 <= room:
+            # the chat title only when it has room to be readable
+            title = Content.styled(chat, "$foreground-muted").truncate(room - left.cell_length - 5, ellipsis=True)
+            left = left + Content("  ·  ") + title
+        left = left.truncate(room, ellipsis=True)
+        pad = max(1, width - left.cell_length - state_c.cell_length)
+        self.update(left + " " * pad + state_c)
+
+
+class Legend(Static):
+    """The colour of each enabled speculator, and what is under the pointer."""
+
+    DEFAULT_CSS = """
+    Legend { height: 1; padding: 0 1; color: $text-muted; background: $surface; }
+    """
+
+    def show(self, types: Sequence[str], styles: Mapping[str, Style], colouring: bool,
+             off_view: str, info: str | None = None, skipped: Mapping[str, str] | None = None) -> None:
+        if info:
+            self.update(Content.assemble(("▸ ", "$accent"), (info, "$foreground")))
+            return
+        if not colouring:
+            self.update(Content.assemble(
+                (f"colouring off · {off_view} view", "$foreground-muted"), ("  F5 ", "bold $accent"),
+                ("colour drafted tokens", "$foreground-muted")))
+            return
+        if not types:
+            msg = "no speculation on"
+            if skipped:
+                msg = "speculation unavailable: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+            self.update(Content.assemble((msg, "$foreground-muted"), ("  F3 ", "bold $accent"), ("settings", "$foreground-muted")))
+            return
+        pieces: list[Any] = [("drafted by ", "$foreground-muted")]
+        for i, t in enumerate(types):
+            if i:
+                pieces.append("  ")
+            st = styles.get(t)
+            pieces.append(Content.styled(f" {t} ", st) if st is not None and st.background else Content.styled(f"■ {t}", st or ""))
+        pieces.append(("   plain: the model itself", "$foreground-muted"))
+        self.update(Content.assemble(*pieces))
+
+
+class StatsPanel(Static):
+    """Per-speculator statistics of the session and acceptance by draft position."""
+
+    DEFAULT_CSS = """
+    StatsPanel {
+        width: 40%; min-width: 30; max-width: 44; dock: right; height: 1fr; padding: 0 1;
+        background: $surface; border-left: tall $panel; overflow-y: auto;
+    }
+    """
+
+    def show_stats(self, session: SessionStats, live: bool, styles: Mapping[str, Style]) -> None:
+        t = session.totals
+        lines: list[Content] = [Content.styled("Session statistics" + ("  ● live" if live else ""),
+                                               "bold $primary")]
+        lines.append(Content(f"replies {t.replies} · tokens {t.n_generated} · {t.tokens_per_s:.1f} tok/s"))
+        lines.append(Content(f"drafted {t.n_drafted} · accepted {t.n_accepted} ({pct(t.acceptance_rate)})"))
+        mal = t.mean_acceptance_length
+        lines.append(Content(f"mean acceptance length {mal:.2f}" if mal else "mean acceptance length –"))
+        if not session.speculators:
+            lines += [Content(""), Content.styled("No speculator has run yet.", "$foreground-muted"),
+                      Content.styled("Turn one on in Settings (F3).", "$foreground-muted")]
+        width = max(8, (self.size.width or 40) - 18)
+        for name, s in session.speculators.items():
+            st = styles.get(name)
+            lines.append(Content(""))
+            lines.append(Content.styled(f"■ {name}" if not (st and st.background) else f" {name} ", st or "bold"))
+            lines.append(Content(f" calls b/g/a   {s.n_call_begin}/{s.n_call_draft}/{s.n_call_accept}"))
+            lines.append(Content(f" drafts gen/acc {s.n_gen_drafts}/{s.n_acc_drafts}"))
+            lines.append(Content(f" tokens gen/acc {s.n_gen_tokens}/{s.n_acc_tokens} ({pct(s.acceptance_rate)})"))
+            m = s.mean_acceptance_length
+            lines.append(Content(f" mean acc len   {m:.2f}" if m else " mean acc len   –"))
+            lines.append(Content(f" ms b/g/a  {s.t_begin_us / 1000:.1f}/{s.t_draft_us / 1000:.1f}/"
+                                 f"{s.t_accept_us / 1000:.1f}"))
+            bars = acceptance_bars(s, width=width)
+            if bars:
+                lines.append(Content.styled(" acceptance by draft position", "$foreground-muted"))
+                for pos, b, rate in bars:
+                    lines.append(Content.assemble(f" {pos:>3} ", (b, st or "$accent"), f" {rate * 100:3.0f}%"))
+                extra = len(s.n_acc_tokens_per_pos) - len(bars)
+                if extra > 0:
+                    lines.append(Content.styled(f"     … {extra} more positions", "$foreground-muted"))
+        self.update(Content("\n").join(lines))
+
+
+class LoadPanel(Vertical):
+    """Shown while the model loads, or when it cannot be loaded (with a way to pick another)."""
+
+    DEFAULT_CSS = """
+    LoadPanel { height: auto; margin: 1 2; padding: 1 2; border: round $primary 60%; background: $surface; }
+    LoadPanel.-error { border: round $error; }
+    LoadPanel > .title { text-style: bold; color: $primary; }
+    LoadPanel.-error > .title { color: $error; }
+    LoadPanel > .detail { color: $text-muted; margin-top: 1; }
+    LoadPanel > ProgressBar { margin-top: 1; }
+    LoadPanel > .pick { height: auto; margin-top: 1; display: none; }
+    LoadPanel.-error > .pick { display: block; }
+    LoadPanel.-error > ProgressBar { display: none; }
+    LoadPanel .pick Input { width: 1fr; }
+    LoadPanel .pick Horizontal { height: auto; margin-top: 1; }
+    LoadPanel .pick Button { margin-right: 2; min-width: 12; }
+    """
+
+    class Pick(Message):
+        """Load the model at ``path`` (None: the embedded default)."""
+
+        def __init__(self, path: str | None):
+            super().__init__()
+            self.path = path
+
+    def compose(self) -> ComposeResult:
+        from textual.containers import Horizontal
+        from textual.widgets import Button, Input, ProgressBar
+        yield Static("Loading the model…", classes="title", id="load-title")
+        yield ProgressBar(total=None, show_eta=False, id="load-bar")
+        yield Static("", classes="detail", id="load-detail")
+        with Vertical(classes="pick"):
+            yield Input(placeholder="path to a .gguf model file", id="model-path")
+            with Horizontal():
+                yield Button("Load", variant="primary", id="load-path")
+                yield Button("Default model", id="load-default")
+
+    def show_progress(self, phase: str, done: int, total: int, path: str | None = None) -> None:
+        from textual.widgets import ProgressBar
+        self.remove_class("-error")
+        title = {"assemble": "Preparing the default model (first run)…",
+                 "verify": "Checking the default model…"}.get(phase, "Loading the model…")
+        self.query_one("#load-title", Static).update(title)
+        bar = self.query_one("#load-bar", ProgressBar)
+        if total > 0:
+            bar.update(total=total, progress=done)
+        else:
+            bar.update(total=None)
+        if path:
+            self.query_one("#load-detail", Static).update(path)
+
+    def show_error(self, error: str, path: str | None) -> None:
+        from textual.widgets import Input
+        self.add_class("-error")
+        self.query_one("#load-title", Static).update("The model could not be loaded")
+        self.query_one("#load-detail", Static).update(
+            Content.assemble((error, "$foreground"), "\n\nEnter the path of another GGUF model, "
+                             "or load the embedded default model."))
+        inp = self.query_one("#model-path", Input)
+        if path and not inp.value:
+            inp.value = path
+        inp.focus()
+
+    def on_button_pressed(self, event) -> None:
+        from textual.widgets import Input
+        event.stop()
+        if event.button.id == "load-path":
+            value = self.query_one("#model-path", Input).value.strip()
+            if value:
+                self.post_message(self.Pick(value))
+        elif event.button.id == "load-default":
+            self.post_message(self.Pick(None))
+
+    def on_input_submitted(self, event) -> None:
+        event.stop()
+        if event.value.strip():
+            self.post_message(self.Pick(event.value.strip()))

@@ -1,0 +1,165 @@
+"""End to end: the real installed ``draftlight`` on the real default model, in tmux.
+
+1. type a prompt, see the reply stream with ngram-mod's drafted tokens coloured, quit cleanly;
+2. kill -9 the app mid-reply, start it again, and find the chat intact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.storage import History
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+#: the dark theme's ngram-mod colour (#e0af68) as a truecolor SGR parameter
+NGRAM_MOD_SGR = "38;2;224;175;104"
+
+
+def draftlight_command() -> list[str]:
+    exe = Path(sys.executable).with_name("draftlight")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-m", "app"]  # pragma: no cover - a checkout without the script
+
+
+class Tmux:
+    def __init__(self, tmp: Path, width: int = 100, height: int = 40):
+        self.socket = f"draftlight-test-{os.getpid()}-{time.monotonic_ns()}"
+        self.tmp = tmp
+        self.width, self.height = width, height
+        self.env = {k: os.environ[k] for k in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME",
+                                               "XDG_STATE_HOME", "HOME", "PATH") if k in os.environ}
+        self.env.update(TERM="xterm-256color", COLORTERM="truecolor", LANG="C.UTF-8")
+        self.started = False
+
+    def tmux(self, *args: str, check: bool = True) -> str:
+        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"tmux {' '.join(args)}: {out.stderr}")
+        return out.stdout
+
+    def start(self, argv: list[str], pidfile: Path) -> None:
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        # a clean environment: pytest's COLUMNS/LINES would fix the app's size at 80x24
+        inner = f"echo $$ > {shlex.quote(str(pidfile))}; exec env -i {envs} {shlex.join(argv)}"
+        cmd = f"sh -c {shlex.quote(inner)}; echo DRAFTLIGHT-EXIT=$?; sleep 60"
+        if not self.started:
+            # a placeholder first, so the pane has its final size before the app reads it
+            self.tmux("new-session", "-d", "-s", "t", "-x", str(self.width), "-y", str(self.height), "sleep 600")
+            self.tmux("resize-window", "-t", "t", "-x", str(self.width), "-y", str(self.height))
+            self.started = True
+        self.tmux("respawn-pane", "-k", "-t", "t", cmd)
+
+    def screen(self, escapes: bool = False) -> str:
+        return self.tmux("capture-pane", "-p", *(["-e"] if escapes else []), "-t", "t")
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        self.tmux("send-keys", "-t", "t", *(["-l"] if literal else []), *keys)
+
+    def wait_for(self, pattern: str, timeout: float = 60.0, escapes: bool = False) -> str:
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern, re.M)
+        while True:
+            s = self.screen(escapes)
+            if rx.search(s):
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} did not appear; the screen:\n{self.screen()}")
+            time.sleep(0.2)
+
+    def wait_reply_done(self, timeout: float = 90.0) -> str:
+        """Until a reply footer is on screen and nothing is being written."""
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.screen()
+            if re.search(r"▌ \d+ tok · ", s) and "writing…" not in s and re.search(r"ready\s*$", s, re.M):
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the reply did not finish; the screen:\n{s}")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self.tmux("kill-server", check=False)
+
+
+@pytest.fixture
+def tmux(tmp_path):
+    t = Tmux(tmp_path)
+    yield t
+    t.close()
+
+
+def _args(model: Path, *extra: str) -> list[str]:
+    # ngram-mod with a short match length, so that a reply repeating its prompt is drafted
+    return [*draftlight_command(), "--model", str(model), "--spec-type", "ngram-mod",
+            "--spec-ngram-mod-n-match", "4", "--spec-ngram-mod-n-min", "2", "--temp", "0", "-t", "2", *extra]
+
+
+COPY_PROMPT = ("Copy this text exactly: one two three four five six seven eight nine ten "
+               "one two three four five six seven eight nine ten")
+
+
+def test_chat_streams_a_reply_with_coloured_ngram_mod_drafts_and_quits(tmux, tmp_path, default_model_path):
+    tmux.start(_args(default_model_path, "-n", "64"), tmp_path / "pid")
+    tmux.wait_for(r"ready\s*$")
+    tmux.keys(COPY_PROMPT, literal=True)
+    tmux.keys("Enter")
+    screen = tmux.wait_reply_done()
+    coloured = tmux.screen(escapes=True)
+    assert "Copy this text exactly" in screen
+    reply_lines = [ln for ln in coloured.splitlines() if "▌" in ln and NGRAM_MOD_SGR in ln]
+    assert reply_lines, "no ngram-mod coloured tokens in the reply:\n" + screen
+    assert "by ngram-mod" in tmux.screen()
+    tmux.keys("C-q")
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
+
+
+def test_killed_mid_reply_the_chat_is_intact_after_a_restart(tmux, tmp_path, default_model_path):
+    pidfile = tmp_path / "pid"
+    tmux.start(_args(default_model_path, "-n", "3000"), pidfile)
+    tmux.wait_for(r"ready\s*$")
+    prompt = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"  # greedy: it counts on and on
+    tmux.keys(prompt, literal=True)
+    tmux.keys("Enter")
+    tmux.wait_for(r"\d+ tok · .*drafted")
+    time.sleep(1.5)  # the streaming reply is saved twice a second
+    pid = int(pidfile.read_text())
+    os.kill(pid, 9)
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=137", timeout=20)
+    # what the store holds now: the chat, the prompt, the reply as far as it had come
+    h = History()
+    chats = h.list_chats()
+    assert len(chats) == 1 and chats[0].title == prompt
+    chat = h.load_chat(chats[0].id)
+    assert [m.role for m in chat.messages] == ["user", "assistant"]
+    assert chat.messages[0].content == prompt
+    partial = chat.messages[1]
+    assert partial.interrupted and len(partial.tokens) > 0 and partial.content
+    assert "".join(partial.tokens.texts) == partial.content
+    assert h.integrity_ok()
+    h.close()
+    # restart and resume it
+    tmux.start(_args(default_model_path), pidfile)
+    tmux.wait_for(r"ready\s*$")
+    tmux.keys("F2")
+    tmux.wait_for("Chats")
+    tmux.keys("Enter")
+    screen = tmux.wait_for(r"interrupted")
+    assert prompt[:24] in screen
+    first_words = partial.content.strip().split()[0]
+    assert first_words in screen
+    tmux.keys("C-q")
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
