@@ -283,7 +283,8 @@ class Engine:
         if tail:
             yield StepEvent(tail)
         stats.t_gen_s = time.perf_counter() - t1
-        stats.n_generated = len(reply.tokens)
+        stats.n_generated = reply.n_produced
+        stats.n_emitted = len(reply.tokens)
         stats.speculators = _diff_stats(chain, base_spec_stats)
         message = {
             STOP_EOG: "the model ended its reply",

@@ -51,7 +51,8 @@ class StepEvent:
 class GenerationStats:
     n_prompt: int = 0
     n_prompt_reused: int = 0
-    n_generated: int = 0
+    n_generated: int = 0      # tokens the target produced (incl. any cut by a stop string)
+    n_emitted: int = 0        # tokens in the reply
     n_steps: int = 0          # target decode calls after the prompt
     n_drafted: int = 0        # draft tokens sent to verification
     n_accepted: int = 0       # of those, accepted
@@ -89,6 +90,7 @@ class GenerationStats:
             "n_prompt": self.n_prompt,
             "n_prompt_reused": self.n_prompt_reused,
             "n_generated": self.n_generated,
+            "n_emitted": self.n_emitted,
             "n_steps": self.n_steps,
             "n_drafted": self.n_drafted,
             "n_accepted": self.n_accepted,
