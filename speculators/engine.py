@@ -228,7 +228,8 @@ class Engine:
                 break
             remaining = max_tokens - reply.n_produced
             room = n_ctx - n_past - 1
-            n_max = min(chain.n_max, remaining - 1, room)
+            # the verify batch must fit one decode call, or earlier rows lose their logits
+            n_max = min(chain.n_max, remaining - 1, room, ctx.n_batch - 1)
             draft: list[int] = []
             if n_max > 0 and chain.speculators:
                 draft = chain.draft(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=n_max))

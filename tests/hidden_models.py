@@ -6,7 +6,10 @@
   the engine rolls back with state checkpoints.
 * :func:`write_eagle3` -- an ``eagle3`` drafter for a given target (hidden
   size and extracted layer ids of the target).
-* :func:`write_dflash` -- a ``dflash`` drafter (optionally DSpark heads).
+* :func:`write_tiny_llama_target` -- a tiny 4-layer ``llama`` target whose
+  graph records its layer inputs (EAGLE3, DFlash and DSpark read them).
+* :func:`write_dflash` -- a ``dflash`` drafter for it: DFlash, DFlash2 (the
+  selector lattice) or DSpark (Markov and confidence heads).
 
 Random weights: drafts are mostly rejected, which is fine -- what the tests
 check is that the machinery runs and the output stays lossless.
@@ -255,6 +258,104 @@ def write_eagle3(path: Path, *, target_hidden: int = 32, target_layers: Sequence
     return path
 
 
+def write_dflash(path: Path, *, target_hidden: int = 32, target_layers: Sequence[int] = (0, 2, 3),
+                 n_embd: int | None = None, n_layer: int = 1, n_ff: int = 64, n_head: int = 2,
+                 block_size: int = 4, mask_token_id: int = 0, dspark: bool = False,
+                 markov_rank: int = 8, confidence: bool = True, sample_from_anchor: bool | None = None,
+                 selector_top_k: int = 0, selector_rank: int = 8, conv_kernel: int = 2,
+                 conv_group: int = 8, seed: int = 3, scale: float = 0.3,
+                 vocab: Sequence[str] | None = None) -> Path:
+    """A ``dflash`` drafter: fc over the target's layer inputs + decoder layers.
+
+    Like published DFlash drafters it has no token embedding or LM head of
+    its own: llama.cpp takes the target's through ``ctx_other``, so its
+    hidden size is the target's (``n_embd`` defaults to ``target_hidden``;
+    llama.cpp sizes ``fc`` as ``len(target_layers) * n_embd``, so a drafter
+    made for another target is built with ``target_hidden`` = that target's
+    hidden size). ``dspark`` adds DSpark's
+    Markov head (``markov_w1``/``markov_w2``) and, with ``confidence``, the
+    confidence head (``conf_proj``). ``selector_top_k > 0`` makes it a
+    DFlash2 drafter: block convolutions and the selector lattice heads.
+    The mask token is ``mask_token_id`` of the shared tiny vocabulary.
+    """
+    import gguf
+
+    arch = "dflash"
+    vocab = list(vocab) if vocab is not None else tiny_vocab()
+    n_vocab = len(vocab)
+    n_embd = target_hidden if n_embd is None else n_embd
+    head_dim = n_embd // n_head
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny-dspark" if dspark else ("tiny-dflash2" if selector_top_k else "tiny-dflash"))
+    w.add_context_length(4096)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_array(f"{arch}.target_layers", [int(x) for x in target_layers])
+    w.add_uint32(f"{arch}.target_hidden_size", target_hidden)
+    w.add_uint32(f"{arch}.block_size", block_size)
+    if dspark:
+        w.add_bool(f"{arch}.has_confidence_head", bool(confidence))
+    if sample_from_anchor is not None:
+        w.add_bool(f"{arch}.sample_from_anchor", bool(sample_from_anchor))
+    if selector_top_k:
+        w.add_uint32(f"{arch}.conv_kernel_size", conv_kernel)
+        w.add_uint32(f"{arch}.conv_group_size", conv_group)
+        w.add_uint32(f"{arch}.selector_rank", selector_rank)
+        w.add_uint32(f"{arch}.selector_top_k", selector_top_k)
+    w.add_file_type(0)
+    _add_spm_vocab(w, vocab)
+    w.add_mask_token_id(mask_token_id)
+    rng = np.random.default_rng(seed)
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def ones(n):
+        return np.ones(n, dtype=np.float32)
+
+    n_enc = len(target_layers) * n_embd  # llama.cpp: n_embd_inp_enc = n_layers * n_embd
+    w.add_tensor("fc.weight", mat(n_embd, n_enc))
+    w.add_tensor("enc.output_norm.weight", ones(n_embd))
+    w.add_tensor("output_norm.weight", ones(n_embd))
+    n_groups = n_embd // conv_group
+    for il in range(n_layer):
+        w.add_tensor(f"blk.{il}.attn_norm.weight", ones(n_embd))
+        w.add_tensor(f"blk.{il}.attn_q.weight", mat(n_head * head_dim, n_embd))
+        w.add_tensor(f"blk.{il}.attn_k.weight", mat(n_head * head_dim, n_embd))
+        w.add_tensor(f"blk.{il}.attn_v.weight", mat(n_head * head_dim, n_embd))
+        w.add_tensor(f"blk.{il}.attn_output.weight", mat(n_embd, n_head * head_dim))
+        w.add_tensor(f"blk.{il}.attn_q_norm.weight", ones(head_dim))
+        w.add_tensor(f"blk.{il}.attn_k_norm.weight", ones(head_dim))
+        w.add_tensor(f"blk.{il}.ffn_norm.weight", ones(n_embd))
+        w.add_tensor(f"blk.{il}.ffn_gate.weight", mat(n_ff, n_embd))
+        w.add_tensor(f"blk.{il}.ffn_up.weight", mat(n_ff, n_embd))
+        w.add_tensor(f"blk.{il}.ffn_down.weight", mat(n_embd, n_ff))
+        if selector_top_k:
+            for kind in ("attn", "ffn"):  # numpy (2, kernel, n_embd) = GGUF {n_embd, kernel, 2}
+                w.add_tensor(f"blk.{il}.{kind}_conv_base",
+                             (rng.standard_normal((2, conv_kernel, n_embd)) * 0.1 + 0.5).astype(np.float32))
+                w.add_tensor(f"blk.{il}.{kind}_conv_proj.weight", mat(2 * conv_kernel * n_groups, n_embd))
+    if dspark:
+        w.add_tensor("markov_w1.weight", mat(n_vocab, markov_rank) * 3)
+        w.add_tensor("markov_w2.weight", mat(n_vocab, markov_rank) * 3)
+        if confidence:
+            w.add_tensor("conf_proj.weight", mat(1, n_embd + markov_rank))
+            w.add_tensor("conf_proj.bias", np.array([1.0], dtype=np.float32))
+    if selector_top_k:
+        w.add_tensor("selector_hidden.weight", mat(selector_rank, n_embd))
+        w.add_tensor("selector_predecessor.weight", mat(n_vocab, selector_rank) * 3)
+        w.add_tensor("selector_successor.weight", mat(n_vocab, selector_rank) * 3)
+    _finish(w)
+    return path
+
+
 # -- session fixtures ----------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
@@ -302,3 +403,40 @@ def eagle3_bad_layers_path(hidden_models_dir) -> Path:
 def eagle3_bad_hidden_path(hidden_models_dir) -> Path:
     """An EAGLE3 drafter trained on a target with hidden size 48."""
     return write_eagle3(hidden_models_dir / "tiny-eagle3-bad-hidden.gguf", target_hidden=48)
+
+
+@pytest.fixture(scope="session")
+def dflash_path(hidden_models_dir) -> Path:
+    """A DFlash drafter for :func:`llama_target_path` (layers 0, 2, 3; block size 4)."""
+    return write_dflash(hidden_models_dir / "tiny-dflash.gguf")
+
+
+@pytest.fixture(scope="session")
+def dflash2_path(hidden_models_dir) -> Path:
+    """A DFlash2 drafter (block convolutions, selector top-k 4) for the llama target."""
+    return write_dflash(hidden_models_dir / "tiny-dflash2.gguf", selector_top_k=4)
+
+
+@pytest.fixture(scope="session")
+def dspark_path(hidden_models_dir) -> Path:
+    """A DSpark drafter (Markov + confidence heads, anchor-first) for the llama target."""
+    return write_dflash(hidden_models_dir / "tiny-dspark.gguf", dspark=True)
+
+
+@pytest.fixture(scope="session")
+def dspark_bonus_anchor_path(hidden_models_dir) -> Path:
+    """A DSpark drafter exported with ``sample_from_anchor = false`` and no confidence head."""
+    return write_dflash(hidden_models_dir / "tiny-dspark-bonus.gguf", dspark=True,
+                        sample_from_anchor=False, confidence=False)
+
+
+@pytest.fixture(scope="session")
+def dflash_bad_layers_path(hidden_models_dir) -> Path:
+    """A DFlash drafter whose layer ids do not exist in the 4-layer target."""
+    return write_dflash(hidden_models_dir / "tiny-dflash-bad-layers.gguf", target_layers=(1, 9, 17))
+
+
+@pytest.fixture(scope="session")
+def dspark_bad_hidden_path(hidden_models_dir) -> Path:
+    """A DSpark drafter made for a target with hidden size 48."""
+    return write_dflash(hidden_models_dir / "tiny-dspark-bad-hidden.gguf", target_hidden=48, dspark=True)

@@ -234,6 +234,212 @@ def test_eagle3_on_gemma3_is_refused_with_the_reason(default_model_path, hidden_
         eng.close()
 
 
-def test_block_drafters_are_reported_unimplemented(llama_engine):
+def test_block_drafters_without_drafter_file(llama_engine):
     chain = llama_engine.set_spec(SpecParams.from_types("draft-dflash,draft-dspark"))
-    assert set(chain.skipped) == {"draft-dflash", "draft-dspark"}
+    assert "no DFlash drafter is set (--spec-draft-model PATH)" in chain.skipped["draft-dflash"]
+    assert "no DSpark drafter is set (--spec-draft-model PATH)" in chain.skipped["draft-dspark"]
+
+
+# -- DFlash / DFlash2 / DSpark -----------------------------------------------------------------
+
+from speculators import draft_hidden  # noqa: E402
+from tests.hidden_models import (  # noqa: E402,F401
+    dflash2_path, dflash_bad_layers_path, dflash_path, dspark_bad_hidden_path,
+    dspark_bonus_anchor_path, dspark_path,
+)
+
+BLOCK_PROMPTS = MTP_PROMPTS
+
+
+def _block_spec(kind: str, path, n_max=4, p_min=0.0, n_min=0) -> SpecParams:
+    spec = SpecParams.from_types(kind)
+    spec.draft.n_max = n_max
+    spec.draft.n_min = n_min
+    spec.draft.p_min = p_min
+    spec.draft.model = str(path)
+    return spec
+
+
+def _lossless_over_prompts(eng, kind, path, **kw):
+    """Greedy with the drafter equals ``none`` token for token; returns the summed stats."""
+    finishes, acc, gen = set(), 0, 0
+    for text in BLOCK_PROMPTS:
+        toks = eng.model.tokenize(text)
+        eng.set_spec(SpecParams())
+        r0 = _run(eng, toks, 40)
+        chain = eng.set_spec(_block_spec(kind, path, **kw))
+        assert chain.skipped == {}, chain.skipped
+        r = _run(eng, toks, 40)
+        assert r.tokens == r0.tokens, (kind, text)
+        finishes.add(r.finish_reason)
+        s = r.stats.speculators[kind]
+        # drafts generated, and every one verified by the target
+        assert s.n_gen_drafts > 0 and s.n_call_accept == s.n_gen_drafts, (kind, text)
+        assert s.n_gen_tokens >= s.n_acc_tokens
+        acc += s.n_acc_tokens
+        gen += s.n_gen_tokens
+    eng.set_spec(SpecParams())
+    assert len(eng.model.tokenize(BLOCK_PROMPTS[1])) > eng.ctx.n_batch  # several prefill chunks
+    assert finishes == {STOP_LENGTH, STOP_EOG}  # one reply ends early
+    return acc, gen
+
+
+def test_dflash_lossless_and_counted(llama_engine, dflash_path):
+    acc, gen = _lossless_over_prompts(llama_engine, "draft-dflash", dflash_path, n_max=3)
+    assert gen > 0
+
+
+def test_dflash2_selector_lossless_and_counted(llama_engine, dflash2_path):
+    chain = llama_engine.set_spec(_block_spec("draft-dflash", dflash2_path, n_max=3))
+    s = chain.speculators[0]
+    assert s.is_dflash2 and s.selector_top_k == 4
+    _lossless_over_prompts(llama_engine, "draft-dflash", dflash2_path, n_max=3)
+
+
+def test_dspark_lossless_and_counted(llama_engine, dspark_path):
+    acc, gen = _lossless_over_prompts(llama_engine, "draft-dspark", dspark_path, n_max=4)
+    # anchor-first: slot 0 reads id_last and the shared LM head, so the random drafter is
+    # right now and then -- both the accept and the rollback paths run
+    assert 0 < acc < gen
+
+
+def test_dspark_confidence_cut_off_stays_lossless(llama_engine, dspark_path):
+    eng = llama_engine
+    toks = eng.model.tokenize(BLOCK_PROMPTS[0])
+    r0 = _run(eng, toks, 24)
+    # every slot's confidence is below 0.999: no draft survives the cut-off
+    eng.set_spec(_block_spec("draft-dspark", dspark_path, p_min=0.999))
+    r = _run(eng, toks, 24)
+    s = r.stats.speculators["draft-dspark"]
+    assert r.tokens == r0.tokens
+    assert s.n_call_draft > 0 and s.n_gen_drafts == 0
+    # a low threshold keeps whole blocks
+    eng.set_spec(_block_spec("draft-dspark", dspark_path, p_min=0.01))
+    r = _run(eng, toks, 24)
+    s = r.stats.speculators["draft-dspark"]
+    assert r.tokens == r0.tokens and s.n_gen_drafts > 0
+    eng.set_spec(SpecParams())
+
+
+def test_dspark_bonus_anchor_layout(llama_engine, dspark_bonus_anchor_path):
+    """``sample_from_anchor = false``: slot 0 is a bonus anchor, drafts come from the masks."""
+    chain = llama_engine.set_spec(_block_spec("draft-dspark", dspark_bonus_anchor_path, n_max=8))
+    s = chain.speculators[0]
+    assert not s.anchor_first and s.n_max == 3  # block size 4 - the anchor
+    toks = llama_engine.model.tokenize(BLOCK_PROMPTS[0])
+    r = _run(llama_engine, toks, 24)
+    st = r.stats.speculators["draft-dspark"]
+    assert st.n_gen_drafts > 0 and st.n_gen_tokens <= 3 * st.n_gen_drafts
+    # without a confidence head a confidence threshold is refused, as in the reference
+    chain = llama_engine.set_spec(_block_spec("draft-dspark", dspark_bonus_anchor_path, p_min=0.5))
+    assert "DSpark drafter has no confidence head" in chain.skipped["draft-dspark"]
+    llama_engine.set_spec(SpecParams())
+
+
+def test_block_size_clamps_n_max_and_n_min(llama_engine, dflash_path, dspark_path):
+    chain = llama_engine.set_spec(_block_spec("draft-dflash", dflash_path, n_max=10, n_min=7))
+    s = chain.speculators[0]
+    assert (s.block_size, s.n_max, s.n_min) == (4, 3, 3)  # [id_last, 3 masks]
+    chain = llama_engine.set_spec(_block_spec("draft-dspark", dspark_path, n_max=10))
+    s = chain.speculators[0]
+    assert (s.anchor_first, s.n_max) == (True, 4)  # every slot of the block is a draft
+    assert chain.n_max == 4
+    llama_engine.set_spec(SpecParams())
+
+
+def test_dflash_refuses_wrong_layer_ids(llama_engine, dflash_bad_layers_path):
+    chain = llama_engine.set_spec(_block_spec("draft-dflash", dflash_bad_layers_path))
+    why = chain.skipped["draft-dflash"]
+    assert "reads target layers [1, 9, 17], but the target has 4 layers" in why
+
+
+def test_dspark_refuses_wrong_hidden_size(llama_engine, dspark_bad_hidden_path):
+    chain = llama_engine.set_spec(_block_spec("draft-dspark", dspark_bad_hidden_path))
+    why = chain.skipped["draft-dspark"]
+    assert "expects a target hidden size of 48, but the target's is 32" in why
+
+
+def test_dspark_refuses_a_plain_dflash_file(llama_engine, dflash_path, eagle3_path):
+    chain = llama_engine.set_spec(_block_spec("draft-dspark", dflash_path))
+    assert "without DSpark's Markov head" in chain.skipped["draft-dspark"]
+    chain = llama_engine.set_spec(_block_spec("draft-dflash", eagle3_path))
+    assert "is not a DFlash drafter (architecture 'eagle3')" in chain.skipped["draft-dflash"]
+
+
+def test_block_drafters_report_missing_symbol_and_arch(llama_engine, dflash_path, monkeypatch):
+    real = ext._lookup
+
+    def fake(name):
+        return None if name == "llama_model_dflash_selector_top_k" else real(name)
+
+    monkeypatch.setattr(ext, "_cache", {})
+    monkeypatch.setattr(ext, "_lookup", fake)
+    chain = llama_engine.set_spec(_block_spec("draft-dflash", dflash_path))
+    assert "this llama.cpp build lacks llama_model_dflash_selector_top_k" in chain.skipped["draft-dflash"]
+    monkeypatch.undo()
+
+    import speculators.draft_simple as ds
+    from speculators.llama import ModelError
+
+    def no_arch(path, n_gpu_layers=-1):
+        raise ModelError(f"cannot load model {path}: unknown model architecture: 'dflash'")
+
+    monkeypatch.setattr(ds, "acquire_draft_model", no_arch)
+    chain = llama_engine.set_spec(_block_spec("draft-dspark", dflash_path))
+    assert "does not know the 'dflash' architecture" in chain.skipped["draft-dspark"]
+    monkeypatch.undo()
+    llama_engine.set_spec(SpecParams())
+
+
+def test_block_drafter_releases_target_outputs(llama_engine, dflash_path, eagle3_path):
+    """Layer-input outputs are reference-counted across speculators and chains."""
+    eng = llama_engine
+    eng.set_spec(_block_spec("draft-dflash", dflash_path))
+    users = eng.ctx.__dict__["_hidden_output_users"]
+    assert all(users[("layer", i)] == 1 for i in (0, 2, 3))
+    eng.set_spec(_block_spec("draft-dflash", dflash_path))  # the new chain is built first
+    assert all(users[("layer", i)] == 1 for i in (0, 2, 3))
+    eng.set_spec(SpecParams())
+    assert all(users[("layer", i)] == 0 for i in (0, 2, 3))
+
+
+def test_output_limits():
+    assert draft_hidden.output_limits(512, 1, 3) == (4, 4)
+    assert draft_hidden.output_limits(4, 3, 3) == (4, 4)
+    assert draft_hidden.output_limits(512, 2, -1) == (2, 1)
+
+
+def test_block_drafters_with_checkpoints_and_prefix_reuse(llama_target_path, dspark_path, dflash2_path):
+    """Checkpoint rollback re-decodes the accepted tokens (the injection runs again);
+    prefix reuse keeps the draft cache's matching prefix."""
+    prompts = [BLOCK_PROMPTS[1], BLOCK_PROMPTS[1][:40] + " and stops", BLOCK_PROMPTS[0]]
+    for cfg in (dict(force_checkpoints=True, reuse_prefix=False), dict(reuse_prefix=True)):
+        eng = Engine(str(llama_target_path), EngineConfig(n_ctx=256, n_batch=16, n_threads=1, **cfg))
+        try:
+            base = [_run(eng, eng.model.tokenize(t), 24).tokens for t in prompts]
+            for kind, path in (("draft-dspark", dspark_path), ("draft-dflash", dflash2_path)):
+                eng.set_spec(_block_spec(kind, path, n_max=4))
+                n_drafts = n_reused = 0
+                for t, b in zip(prompts, base):
+                    r = _run(eng, eng.model.tokenize(t), 24)
+                    assert r.tokens == b, (cfg, kind, t)
+                    n_drafts += r.stats.speculators[kind].n_gen_drafts
+                    n_reused += r.stats.n_prompt_reused
+                assert n_drafts > 0
+                assert (n_reused > 0) == bool(cfg.get("reuse_prefix"))
+                eng.set_spec(SpecParams())
+        finally:
+            eng.close()
+
+
+def test_dflash_on_gemma3_is_refused_with_the_reason(default_model_path, hidden_models_dir):
+    """The default model's graph (gemma3) records no layer inputs in the bundled llama.cpp."""
+    from tests.hidden_models import write_dflash
+    drafter = write_dflash(hidden_models_dir / "gemma3-dflash.gguf", target_hidden=640,
+                           target_layers=(1, 9, 16))
+    eng = Engine(str(default_model_path), EngineConfig(n_ctx=256, n_batch=16, n_threads=1))
+    try:
+        chain = eng.set_spec(_block_spec("draft-dflash", drafter))
+        assert "architecture 'gemma3' does not expose its layer inputs" in chain.skipped["draft-dflash"]
+    finally:
+        eng.close()

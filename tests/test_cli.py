@@ -1,0 +1,112 @@
+"""`draftlight generate` and `draftlight bench`, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .prompts import TEXT
+
+
+def draftlight(*args, input=None, timeout=300):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
+                          input=input, timeout=timeout, env=env, cwd=Path(__file__).parent.parent)
+
+
+def assert_clean_error(r, fragment):
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("draftlight: error: ") or "error:" in lines[0]
+    assert fragment in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_generate_json(default_model_path):
+    r = draftlight("generate", "-m", str(default_model_path), "-p", "Quote exactly: " + TEXT, "-n", "24",
+                   "--temp", "0", "--spec-type", "ngram-simple,ngram-mod", "--spec-ngram-simple-size-n", "2",
+                   "--json", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) >= {"text", "tokens", "drafted_by", "stats", "finish_reason"}
+    assert len(out["tokens"]) == len(out["drafted_by"]) <= 24
+    assert set(filter(None, out["drafted_by"])) <= {"ngram-simple", "ngram-mod"}
+    assert out["stats"]["valid"] is True
+    assert set(out["stats"]["speculators"]) == {"ngram-simple", "ngram-mod"}
+    assert out["finish_reason"] in ("length", "stop", "stop_string")
+
+
+def test_generate_streams_text_and_raw_mode(default_model_path):
+    r = draftlight("generate", "-m", str(default_model_path), "--raw", "-p", "The capital of France is",
+                   "-n", "6", "--temp", "0", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+
+
+def test_generate_synthetic_acceptance_warns(default_model_path):
+    r = draftlight("generate", "-m", str(default_model_path), "-p", "Say hello", "-n", "8", "--temp", "0",
+                   "--spec-type", "ngram-simple", "--spec-synth-len", "2.5", "--json", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stats"]["valid"] is False
+    assert "not valid" in r.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--spec-type", "ngram-fancy"], "unknown speculative type: 'ngram-fancy'"),
+    (["--spec-ngram-mod-n-match", "0"], "ngram_mod.n_match"),
+    (["--spec-draft-p-min", "2"], "draft.p_min"),
+    (["--spec-type", "ngram-simple", "--spec-synth-len", "99"], "synthetic acceptance length"),
+    (["--temp", "-1"], "temperature"),
+])
+def test_bad_options_give_one_clear_line(default_model_path, args, fragment):
+    r = draftlight("generate", "-m", str(default_model_path), "-p", "hi", "-n", "4", *args)
+    assert_clean_error(r, fragment)
+
+
+def test_bad_model_files_give_one_clear_line(tmp_path, default_model_path):
+    r = draftlight("generate", "-m", str(tmp_path / "missing.gguf"), "-p", "hi")
+    assert_clean_error(r, "not found")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(os.urandom(4096))
+    assert_clean_error(draftlight("generate", "-m", str(junk), "-p", "hi"), "not a GGUF model file")
+    trunc = tmp_path / "truncated.gguf"
+    with open(default_model_path, "rb") as f:
+        trunc.write_bytes(f.read(50_000_000))
+    assert_clean_error(draftlight("generate", "-m", str(trunc), "-p", "hi"), "cannot load model")
+    assert_clean_error(draftlight("generate", "-m", str(tmp_path), "-p", "hi"), "directory")
+
+
+def test_bad_prompts_give_one_clear_line(default_model_path, tmp_path):
+    assert_clean_error(draftlight("generate", "-m", str(default_model_path), "-p", "   "), "empty")
+    assert_clean_error(draftlight("generate", "-m", str(default_model_path)), "no prompt")
+    r = draftlight("generate", "-m", str(default_model_path), "-c", "256", "-p", TEXT * 3)
+    assert_clean_error(r, "context holds 256")
+
+
+def test_bench_reports_every_type_side_by_side(f16_model_path, tmp_path):
+    pf = tmp_path / "prompts.txt"
+    pf.write_text("Quote exactly: " + TEXT + "\n---\nRepeat twice: one two three four five six\n")
+    r = draftlight("bench", "-m", str(f16_model_path), "-f", str(pf), "--spec-type", "ngram-simple,ngram-mod",
+                   "--spec-ngram-simple-size-n", "2", "--spec-ngram-mod-n-match", "4",
+                   "--spec-ngram-mod-n-min", "1", "-n", "24", "--rounds", "1", "-t", "2", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    names = [row["name"] for row in rep["rows"]]
+    assert names == ["llama-cpp-python", "none", "ngram-simple", "ngram-mod", "ngram-simple,ngram-mod"]
+    rows = {row["name"]: row for row in rep["rows"]}
+    assert rows["none"]["speedup_vs_none"] == 1.0
+    assert rep["none_vs_llama_cpp_python"] > 0
+    for name in ("ngram-simple", "ngram-mod", "ngram-simple,ngram-mod"):
+        row = rows[name]
+        assert row["equal_to_none"] is True  # F16: lossless
+        assert row["tokens_per_s"] > 0 and row["speedup_vs_none"] > 0
+        if row["drafted"]:
+            assert row["ceiling_tokens_per_s"] > 0 and row["draft_ms_per_call"] is not None
+            assert row["mean_acceptance_length"] >= 1.0
+    assert rows["ngram-simple"]["drafted"] > 0
