@@ -16,7 +16,6 @@ from speculators import draft_simple
 from speculators.base import DraftRequest
 from speculators.compat import (IncompatibleDraftModel, VocabSummary, check_compatible, compare_vocabs,
                                 compatibility, vocab_of_gguf, vocab_of_model)
-from speculators.draft_simple import DraftSimple
 from speculators.events import FinishEvent, StepEvent
 from speculators.gguf_detect import gguf_summary, read_gguf, types_from_gguf
 from speculators.llama import Model, ModelError
@@ -39,10 +38,10 @@ PROMPTS = [
     "Count from one to twenty in words, separated by commas.",
     "Translate 'good morning, how are you?' into Spanish and German.",
     "Describe the rules of chess in a few sentences.",
-    "Write a haiku about autumn leaves.",
     "What are the benefits of regular exercise?",
-    "Summarize the plot of Romeo and Juliet.",
 ]
+#: the chain test runs on a few of them (the n-gram type needs repetitive replies)
+CHAIN_PROMPTS = (0, 3, 6, 8)
 
 
 def draft_spec(path, types: str = "draft-simple", **draft) -> SpecParams:
@@ -93,29 +92,28 @@ def _run_logged(engine, prompt):
 def _check_credit(result, steps, log, n_prompt):
     """Every accepted draft token is credited to the speculator that drafted it."""
     credited: dict[str, int] = {}
-    index = 0  # tokens emitted so far; the last of them (id_last) sits at n_prompt + index - 1
     for st in steps:
-        n_drafted_here = sum(1 for t in st.tokens if t.drafted_by is not None)
+        accepted = [t for t in st.tokens if t.drafted_by is not None]
         if st.drafted_by is None:
-            assert n_drafted_here == 0
-        else:
-            # the step verified [id_last] + draft at the position of id_last
-            id_last_pos = n_prompt + index - 1
-            name, draft = log[id_last_pos]
-            assert st.drafted_by == name
-            accepted = [t for t in st.tokens if t.drafted_by is not None]
-            assert all(t.drafted_by == name for t in accepted)
-            assert [t.draft_pos for t in accepted] == list(range(len(accepted)))
-            assert [t.id for t in accepted] == draft[:len(accepted)]
-            assert len(accepted) == min(st.n_accepted, len(st.tokens))
-            credited[name] = credited.get(name, 0) + len(accepted)
-        index += len(st.tokens)
+            assert not accepted
+            continue
+        if not st.tokens:
+            continue
+        # the step verified [id_last] + draft with id_last (reply token index - 1) at its position
+        name, draft = log[n_prompt + st.tokens[0].index - 1]
+        assert st.drafted_by == name
+        assert all(t.drafted_by == name for t in accepted)
+        assert [t.draft_pos for t in accepted] == list(range(len(accepted)))
+        assert [t.id for t in accepted] == draft[:len(accepted)]
+        assert len(accepted) == min(st.n_accepted, len(st.tokens))
+        credited[name] = credited.get(name, 0) + len(accepted)
     assert [t is not None for t in result.drafted_by].count(True) == sum(credited.values())
     return credited
 
 
 # -- lossless ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_draft_simple_is_lossless_with_plausible_acceptance(f16_engine, q2k_model_path, prompts,
                                                              none_outputs):
     chain = f16_engine.set_spec(draft_spec(q2k_model_path))
@@ -138,7 +136,7 @@ def test_draft_simple_is_lossless_with_plausible_acceptance(f16_engine, q2k_mode
         # the draft context mirrors the target's: same tokens, same length
         assert ds.kv == f16_engine.kv_tokens
         assert ds.ctx.pos_max() == len(f16_engine.kv_tokens) - 1
-    assert compared >= 10 * 20
+    assert len(prompts) >= 10 and compared >= 10 * 20
     rate = accepted / drafted
     print(f"\ndraft-simple: {accepted}/{drafted} accepted ({rate:.1%}) over {len(prompts)} prompts, "
           f"{compared} tokens compared; draft cost {ds.stats.t_draft_us / ds.stats.n_gen_tokens / 1000:.1f} "
@@ -150,12 +148,14 @@ def test_draft_simple_is_lossless_with_plausible_acceptance(f16_engine, q2k_mode
     assert ds.n_draft_decodes <= 3 * ds.stats.n_call_draft
 
 
+@pytest.mark.slow
 def test_ngram_and_draft_chain_is_lossless_and_credited(f16_engine, q2k_model_path, prompts,
                                                         none_outputs):
     chain = f16_engine.set_spec(draft_spec(q2k_model_path, "ngram-simple,draft-simple"))
     assert [s.name for s in chain.speculators] == ["ngram-simple", "draft-simple"]
     totals: dict[str, int] = {}
-    for prompt, expected in zip(prompts, none_outputs):
+    for i in CHAIN_PROMPTS:
+        prompt, expected = prompts[i], none_outputs[i]
         result, steps, log = _run_logged(f16_engine, prompt)
         assert result.tokens == expected
         credited = _check_credit(result, steps, log, len(prompt))
@@ -166,20 +166,19 @@ def test_ngram_and_draft_chain_is_lossless_and_credited(f16_engine, q2k_model_pa
     assert totals.get("ngram-simple", 0) > 0 and totals.get("draft-simple", 0) > 0
 
 
+@pytest.mark.slow
 def test_checkpoint_rollback_is_lossless_too(f16_engine, q2k_model_path, prompts, none_outputs):
     """The path recurrent draft models take: restore a state checkpoint, re-decode."""
     chain = f16_engine.set_spec(draft_spec(q2k_model_path))
     ds = chain.speculators[0]
     ds.use_checkpoints = True
-    accepted = 0
-    for prompt, expected in list(zip(prompts, none_outputs))[:2]:
-        result = f16_engine.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY)
-        assert result.tokens == expected
-        assert ds.kv == f16_engine.kv_tokens
-        accepted += result.stats.n_accepted
-    assert accepted > 0
+    result = f16_engine.run(prompts[1], max_tokens=32, sampling=GREEDY)
+    assert result.tokens == none_outputs[1][:32]
+    assert ds.kv == f16_engine.kv_tokens
+    assert result.stats.n_accepted > 0
 
 
+@pytest.mark.slow
 def test_prefix_reuse_keeps_the_draft_context_in_step(q2k_model_path):
     """With prompt-prefix reuse the draft context reuses its prefix too."""
     from speculators.engine import Engine, EngineConfig
@@ -333,6 +332,10 @@ def test_the_draft_model_is_loaded_once(f16_engine, q2k_model_path):
     a = f16_engine.set_spec(draft_spec(q2k_model_path)).speculators[0].model
     b = f16_engine.set_spec(draft_spec(q2k_model_path, "ngram-mod,draft-simple")).speculators[-1].model
     assert a is b
+    f16_engine.set_spec(SpecParams())
+    # kept loaded while idle, for the next set_spec
+    assert str(q2k_model_path.resolve()) in draft_simple.cached_draft_models()
+    assert f16_engine.set_spec(draft_spec(q2k_model_path)).speculators[0].model is a
     f16_engine.set_spec(SpecParams())
 
 

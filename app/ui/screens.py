@@ -456,9 +456,9 @@ def gguf_kind(path: str | None) -> tuple[str | None, list[str]]:
     key = str(path)
     if key not in _TYPES_CACHE:
         try:
-            from speculators.gguf_detect import _types_from_info, read_gguf
+            from speculators.gguf_detect import types_from_info, read_gguf
             info = read_gguf(key, tensors=True)
-            _TYPES_CACHE[key] = (info.architecture, [t.value for t in _types_from_info(info)])
+            _TYPES_CACHE[key] = (info.architecture, [t.value for t in types_from_info(info)])
         except Exception:
             _TYPES_CACHE[key] = (None, [])
     return _TYPES_CACHE[key]

@@ -1,0 +1,388 @@
+"""draft-simple: a small model of the same family drafts, the target verifies.
+
+This is ``common_speculative_impl_draft_simple`` of llama.cpp, together
+with the part of its server that keeps the draft context in step with the
+target (``server-context.cpp``):
+
+* The draft model has its own context, as large as the target's unless
+  ``params.draft.n_ctx`` says otherwise.
+* :meth:`DraftSimple.process` feeds the draft context every batch the
+  target decodes (the prompt, then each ``[id_last] + draft``), so its KV
+  cache mirrors the target's.
+* :meth:`DraftSimple.draft` decodes ``id_last`` at ``pos0`` on the draft
+  model, then repeatedly takes the most probable token of a top-k 10
+  sampler (the reference samples with top-k 10 and a ``dist`` sampler,
+  but drafts the *first candidate after sorting*, i.e. the argmax; its
+  probability is the softmax over those 10 logits). It stops when that
+  probability is below ``p_min``, or the draft reaches ``n_max`` (or the
+  request's limit); a draft shorter than ``n_min`` is dropped. Each
+  drafted token except the last is decoded on the draft model to get the
+  next one. Afterwards the draft's own tokens are removed from its KV
+  cache again (the target's batch brings the accepted ones back).
+* :meth:`DraftSimple.accept` rolls the draft KV cache back to what the
+  target kept: ``id_last`` and the accepted draft tokens, whoever drafted.
+
+Where a draft context cannot drop a partial sequence (recurrent/hybrid
+draft models), state checkpoints are used instead, as the server does.
+
+The draft :class:`~speculators.llama.Model` is loaded once and kept in a
+module-level cache keyed by ``(real path, n_gpu_layers, size, mtime)``
+(see :func:`acquire_draft_model`), so ``Engine.set_spec`` can rebuild the
+chain (e.g. once per type in ``bench``) without reloading it; only the
+draft *context* is per speculator. At most two unused draft models stay
+loaded; :func:`clear_draft_model_cache` frees them. A caller that loaded
+its own draft model can pass it as ``resources["draft_model"]`` instead.
+
+Cost accounting: the chain times :meth:`draft` into ``stats.t_draft_us``
+(so ``t_draft_us / n_gen_tokens`` is the draft model's cost per drafted
+token) and :meth:`process` into ``stats.t_process_us`` (mirroring the
+target's batches). :meth:`DraftSimple.cost` sums both up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from .base import DraftRequest, Speculator
+from .chain import Unavailable, register
+from .compat import check_compatible
+from .llama import Context, ContextFull, DecodeError, Model, ModelError
+from .params import SpecParams
+from .types import SpecType
+
+__all__ = ["DraftSimple", "acquire_draft_model", "release_draft_model", "clear_draft_model_cache",
+           "DRAFT_TOP_K"]
+
+#: the reference drafts from a top-k 10 sampler
+DRAFT_TOP_K = 10
+
+
+# -- the draft model cache ---------------------------------------------------------
+
+class _Entry:
+    __slots__ = ("model", "users", "tick")
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.users = 0
+        self.tick = 0
+
+
+_cache_lock = threading.RLock()
+_cache: dict[tuple, _Entry] = {}
+_tick = 0
+#: how many draft models may stay loaded while no speculator uses them
+MAX_IDLE_MODELS = 2
+
+
+def _cache_key(path: str, n_gpu_layers: int) -> tuple:
+    real = os.path.realpath(os.path.expanduser(path))
+    try:
+        st = os.stat(real)
+        ident = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        ident = (None, None)
+    return (real, int(n_gpu_layers), *ident)
+
+
+def acquire_draft_model(path: str, n_gpu_layers: int = -1) -> Model:
+    """The loaded draft model for ``path`` (loading it on first use).
+
+    Pair every call with :func:`release_draft_model`. Raises
+    :class:`~speculators.llama.ModelError` when the file cannot be loaded.
+    """
+    global _tick
+    key = _cache_key(path, n_gpu_layers)
+    with _cache_lock:
+        e = _cache.get(key)
+        if e is None or not getattr(e.model, "ptr", None):
+            e = _Entry(Model(os.path.expanduser(path), n_gpu_layers=n_gpu_layers))
+            _cache[key] = e
+        e.users += 1
+        _tick += 1
+        e.tick = _tick
+        _evict_idle()
+        return e.model
+
+
+def release_draft_model(model: Model) -> None:
+    """One user of ``model`` is done; idle models beyond the limit are freed."""
+    with _cache_lock:
+        for e in _cache.values():
+            if e.model is model:
+                e.users = max(0, e.users - 1)
+                break
+        _evict_idle()
+
+
+def _evict_idle(keep: int | None = None) -> None:
+    keep = MAX_IDLE_MODELS if keep is None else keep
+    idle = sorted(((k, e) for k, e in _cache.items() if e.users == 0), key=lambda ke: ke[1].tick)
+    for k, e in idle[:max(0, len(idle) - keep)]:
+        del _cache[k]
+        e.model.close()
+
+
+def clear_draft_model_cache() -> None:
+    """Free every draft model no speculator is using."""
+    with _cache_lock:
+        _evict_idle(keep=0)
+
+
+def cached_draft_models() -> list[str]:
+    """Paths of the draft models loaded now (for diagnostics)."""
+    with _cache_lock:
+        return [k[0] for k in _cache]
+
+
+# -- the speculator ----------------------------------------------------------------
+
+def _suppress_tokens(model: Model) -> np.ndarray | None:
+    """Token ids the model's sampler always suppresses (the reference's logit bias)."""
+    import llama_cpp as lc
+    fn = getattr(lc, "llama_vocab_get_suppress_tokens", None)
+    if fn is None:  # pragma: no cover - older llama-cpp-python
+        return None
+    n = ctypes.c_int(0)
+    ptr = fn(model.vocab, ctypes.byref(n))
+    if not ptr or n.value <= 0:
+        return None
+    return np.array(ptr[:n.value], dtype=np.int64)
+
+
+class DraftSimple(Speculator):
+    """Drafts with a second, smaller model; see the module docstring."""
+
+    type = SpecType.DRAFT_SIMPLE
+
+    def __init__(self, params: SpecParams, model: Model, *, n_ctx: int, n_batch: int = 512,
+                 n_threads: int | None = None, use_checkpoints: bool | None = None,
+                 owns_model: bool = False):
+        d = params.draft
+        super().__init__(n_max=d.n_max)
+        self.p_min = float(d.p_min)
+        self.n_min = int(d.n_min)
+        self.n_max_param = int(d.n_max)
+        self.model = model
+        self._owns_model = owns_model
+        self.ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+        self.seq_rm_type = self.ctx.can_seq_rm()  # leaves the context empty
+        if self.seq_rm_type == "no":
+            self.ctx.close()
+            raise ModelError(f"the draft model {model.path} has no memory to decode with")
+        #: restore state checkpoints instead of dropping KV cells
+        self.use_checkpoints = (self.seq_rm_type == "full") if use_checkpoints is None else use_checkpoints
+        self._partial_state = bool(model.is_hybrid or model.is_recurrent)
+        self._suppress = _suppress_tokens(model)
+        #: tokens whose KV cells the draft context holds, by position
+        self.kv: list[int] = []
+        #: what the target's context holds, as far as we were told
+        self.target: list[int] = []
+        #: (pos0, n_tokens, checkpoint or None) of the last target batch
+        self._last_batch: tuple[int, int, bytes | None] | None = None
+        #: draft-model work: single-token decodes while drafting, mirrored tokens
+        self.n_draft_decodes = 0
+        self.n_process_tokens = 0
+        self.last_p: list[float] = []
+
+    # -- KV bookkeeping ------------------------------------------------------------
+    def _sync(self, want: list[int]) -> bool:
+        """Make the draft context hold exactly ``want`` (positions 0..)."""
+        kv = self.kv
+        n = len(kv)
+        if n <= len(want) and kv == want[:n]:
+            common = n
+        else:
+            common = 0
+            m = min(n, len(want))
+            while common < m and kv[common] == want[common]:
+                common += 1
+        if common < n:
+            if not self.ctx.seq_rm(common, -1):
+                self.ctx.clear()
+                common = 0
+            del kv[common:]
+        if common < len(want):
+            try:
+                self.ctx.decode(want[common:], common, logits="none")
+            except (ContextFull, DecodeError):
+                self.ctx.clear()
+                kv.clear()
+                return False
+            kv.extend(want[common:])
+            self.n_process_tokens += len(want) - common
+        return True
+
+    def _checkpoint(self) -> bytes:
+        return self.ctx.state_get(partial=self._partial_state)
+
+    def _restore(self, ckpt: bytes, pos: int) -> None:
+        """Back to the state saved when the context held ``pos`` tokens."""
+        self.ctx.state_set(ckpt, partial=self._partial_state)
+        self.ctx.seq_rm(pos, -1)
+        del self.kv[pos:]
+
+    # -- the speculator hooks ------------------------------------------------------------
+    def begin(self, prompt: Sequence[int]) -> None:
+        # the target's context holds the prompt now; process() brings ours in step
+        self.target = list(prompt)
+        self._last_batch = None
+
+    def process(self, tokens: Sequence[int], pos0: int) -> bool:
+        tokens = list(tokens)
+        if pos0 > len(self.target):
+            # we were not told what precedes pos0: nothing sensible to mirror
+            self.target = []
+            self._last_batch = None
+            return False
+        self.target[pos0:] = tokens
+        ckpt = None
+        if self.use_checkpoints and len(tokens) > 1:
+            self._sync(self.target[:pos0])
+            ckpt = self._checkpoint()
+        self._last_batch = (pos0, len(tokens), ckpt)
+        return self._sync(self.target)
+
+    def accept(self, n_accepted: int, is_other: bool) -> None:
+        lb = self._last_batch
+        self._last_batch = None
+        if lb is None:
+            return
+        pos0, n_batch, ckpt = lb
+        keep = pos0 + n_accepted + 1
+        if keep >= pos0 + n_batch:
+            return
+        del self.target[keep:]
+        if ckpt is not None:
+            self._restore(ckpt, pos0)
+            self._sync(self.target)
+        elif len(self.kv) > keep:
+            if self.ctx.seq_rm(keep, -1):
+                del self.kv[keep:]
+            else:
+                self._sync(self.target)
+
+    def _pick(self, logits: np.ndarray) -> tuple[int, float]:
+        """The reference's draft token: top-k 10, first candidate, its probability."""
+        if self._suppress is not None:
+            logits = logits.copy()
+            logits[self._suppress] = -np.inf
+        tok = int(np.argmax(logits))
+        if self.p_min <= 0.0:
+            return tok, 1.0  # the probability cannot stop the draft; skip the top-k work
+        k = min(DRAFT_TOP_K, logits.shape[0])
+        top = np.partition(logits, logits.shape[0] - k)[-k:].astype(np.float64)
+        m = top.max()
+        p = 1.0 / float(np.exp(top - m).sum())
+        return tok, p
+
+    def draft(self, req: DraftRequest) -> list[int]:
+        prompt = req.prompt if isinstance(req.prompt, list) else list(req.prompt)
+        pos0 = len(prompt)
+        if self.kv != prompt:
+            # not in step (e.g. first use of this context): mirror what the target holds
+            self.target = list(prompt)
+            if not self._sync(self.target):
+                return []
+        n_ctx = self.ctx.n_ctx
+        if pos0 >= n_ctx:
+            return []
+        ckpt = self._checkpoint() if self.use_checkpoints else None
+        result: list[int] = []
+        self.last_p = []
+        try:
+            self.ctx.decode([req.id_last], pos0, logits="last")
+            self.n_draft_decodes += 1
+            i = 0
+            while True:
+                tok, p = self._pick(self.ctx.logits(-1))
+                if p < self.p_min:  # only collect very high-confidence draft tokens
+                    break
+                result.append(tok)
+                self.last_p.append(p)
+                if self.n_max_param <= len(result) or (0 < req.n_max <= len(result)):
+                    break
+                pos = pos0 + i + 1
+                if pos >= n_ctx:
+                    break
+                self.ctx.decode([tok], pos, logits="last")
+                self.n_draft_decodes += 1
+                i += 1
+        except (ContextFull, DecodeError):
+            pass
+        finally:
+            # drop the draft's own tokens; the target's batch brings back what it keeps
+            if ckpt is not None:
+                self._restore(ckpt, pos0)
+            elif not self.ctx.seq_rm(pos0, -1):
+                self.ctx.clear()
+                self.kv.clear()
+        if len(result) < self.n_min:
+            return []
+        return result
+
+    # -- cost ---------------------------------------------------------------------------
+    def cost(self) -> dict:
+        """The draft model's own work so far (microseconds and tokens)."""
+        s = self.stats
+        t_process = getattr(s, "t_process_us", 0.0)
+        return {
+            "t_draft_us": s.t_draft_us,
+            "t_process_us": t_process,
+            "n_gen_tokens": s.n_gen_tokens,
+            "n_draft_decodes": self.n_draft_decodes,
+            "n_process_tokens": self.n_process_tokens,
+            "draft_us_per_token": s.t_draft_us / s.n_gen_tokens if s.n_gen_tokens else None,
+            "total_us_per_token": (s.t_draft_us + t_process) / s.n_gen_tokens if s.n_gen_tokens else None,
+        }
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None) is not None:
+            self.ctx.close()
+            self.ctx = None  # type: ignore[assignment]
+        if self._owns_model and self.model is not None:
+            release_draft_model(self.model)
+            self.model = None  # type: ignore[assignment]
+
+
+@register(SpecType.DRAFT_SIMPLE)
+def make_draft_simple(params: SpecParams, resources: dict) -> DraftSimple:
+    """The chain's factory: load (or reuse) the draft model, check it, build the speculator.
+
+    ``resources``: ``model`` (the target, required), ``engine`` (for the
+    context size, batch size and threads), optionally ``draft_model`` (a
+    loaded draft model the caller owns) and ``n_ctx``.
+    Raises :class:`~speculators.chain.Unavailable` when no draft model is
+    set, :class:`~speculators.compat.IncompatibleDraftModel` when its
+    vocabulary does not fit the target's, and
+    :class:`~speculators.llama.ModelError` when it cannot be loaded.
+    """
+    d = params.draft
+    target = resources.get("model")
+    draft_model: Model | None = resources.get("draft_model")
+    if draft_model is None and not d.model:
+        raise Unavailable("no draft model is set (--spec-draft-model PATH)")
+    if target is None:
+        raise Unavailable("no target model is loaded")
+    owned = draft_model is None
+    if owned:
+        draft_model = acquire_draft_model(d.model, d.n_gpu_layers)  # type: ignore[arg-type]
+    assert draft_model is not None
+    try:
+        check_compatible(target, draft_model)
+        engine = resources.get("engine")
+        ectx = getattr(engine, "ctx", None)
+        n_ctx = d.n_ctx if d.n_ctx > 0 else (ectx.n_ctx if ectx is not None else int(resources.get("n_ctx") or 4096))
+        n_batch = ectx.n_batch if ectx is not None else 512
+        n_threads = d.n_threads if d.n_threads > 0 else (ectx.n_threads if ectx is not None else None)
+        return DraftSimple(params, draft_model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
+                           owns_model=owned)
+    except BaseException:
+        if owned:
+            release_draft_model(draft_model)
+        raise
