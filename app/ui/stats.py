@@ -96,10 +96,7 @@ def reply_footer(stats: Mapping[str, Any] | None, finish: str | None = None, sta
     parts: list[str] = []
     if stats:
         n = stats.get("n_generated", 0)
-        shown = stats.get("n_emitted", n) or n
-        parts.append(f"{shown} tok")
-        if n > shown:
-            parts.append(f"{n - shown} more verified past the stop")
+        parts.append(f"{stats.get('n_emitted', n) or n} tok")
         tps = stats.get("tokens_per_s") or 0.0
         if tps:
             parts.append(f"{tps:.1f} tok/s")
