@@ -140,7 +140,9 @@ def _timed_generation(engine, prompts, max_tokens, rounds: int = 1) -> Row:
         row.steps += s.n_steps
         row.outputs.append(res.tokens)
         for name, st in s.speculators.items():
-            d = per.setdefault(name, {"drafts": 0, "drafted": 0, "accepted": 0, "calls": 0, "draft_us": 0.0})
+            d = per.setdefault(name, {"drafts": 0, "drafted": 0, "accepted": 0, "calls": 0, "draft_us": 0.0,
+                                      "process_us": 0.0})
+            d["process_us"] += st.t_process_us
             d["drafts"] += st.n_gen_drafts
             d["drafted"] += st.n_gen_tokens
             d["accepted"] += st.n_acc_tokens
@@ -150,7 +152,10 @@ def _timed_generation(engine, prompts, max_tokens, rounds: int = 1) -> Row:
             row.draft_us += st.t_draft_us
     row.per_speculator = {
         n: {**d, "draft_ms_per_call": round(d["draft_us"] / d["calls"] / 1000, 4) if d["calls"] else None,
-            "draft_ms_per_token": round(d["draft_us"] / d["drafted"] / 1000, 4) if d["drafted"] else None}
+            "draft_ms_per_token": round(d["draft_us"] / d["drafted"] / 1000, 4) if d["drafted"] else None,
+            # the drafter's whole cost per drafted token: drafting plus mirroring the target's batches
+            "cost_ms_per_drafted_token": round((d["draft_us"] + d["process_us"]) / d["drafted"] / 1000, 4)
+            if d["drafted"] else None}
         for n, d in per.items()}
     drafts = sum(d["drafts"] for d in per.values())
     row.mean_draft_len = row.drafted / drafts if drafts else 0.0
@@ -420,6 +425,11 @@ def print_table(report: dict) -> None:
               f"{f(r['mean_acceptance_length'], '.2f'):>6}{f(r['draft_ms_per_call'], '.3f'):>9}"
               f"{f(r['ceiling_tokens_per_s'], '.1f'):>9}{f(r['fraction_of_ceiling'], '.2f'):>8}  "
               f"{'yes' if r['equal_to_none'] else ('-' if r['equal_to_none'] is None else 'NO')}")
+    for r in report["rows"]:
+        for name, sp in (r.get("speculators") or {}).items():
+            if name.startswith("draft-") and sp.get("cost_ms_per_drafted_token") is not None:
+                print(f"{r['name']}: {name} costs {sp['cost_ms_per_drafted_token']:.2f} ms per drafted token "
+                      f"(drafting and mirroring the target's batches)")
     if "none_vs_llama_cpp_python" in report:
         print(f"none through draftlight's loop runs at {report['none_vs_llama_cpp_python']:.3f}× "
               f"llama-cpp-python's own generation")

@@ -110,3 +110,16 @@ def test_bench_reports_every_type_side_by_side(f16_model_path, tmp_path):
             assert row["ceiling_tokens_per_s"] > 0 and row["draft_ms_per_call"] is not None
             assert row["mean_acceptance_length"] >= 1.0
     assert rows["ngram-simple"]["drafted"] > 0
+
+
+def test_bench_reports_draft_simple_and_its_cost(f16_model_path, q2k_model_path):
+    r = draftlight("bench", "-m", str(f16_model_path), "-md", str(q2k_model_path), "-p",
+                   "Quote exactly: " + TEXT, "--spec-type", "ngram-simple,draft-simple", "-n", "16",
+                   "--rounds", "1", "--no-baseline", "-t", "2", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)["rows"]}
+    assert set(rows) == {"none", "ngram-simple", "draft-simple", "ngram-simple,draft-simple"}
+    ds = rows["draft-simple"]
+    assert ds["equal_to_none"] is True and ds["drafted"] > 0
+    cost = ds["speculators"]["draft-simple"]["cost_ms_per_drafted_token"]
+    assert cost is not None and cost > 0

