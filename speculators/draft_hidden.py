@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import time
 from typing import Sequence
 
 import numpy as np
@@ -173,7 +174,38 @@ def _rows(ptr, n_rows: int, n_embd: int) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(n_rows, n_embd))
 
 
-class DraftMTP(Speculator):
+class _TargetFed(Speculator):
+    """A drafter fed every target batch by a decode hook on the target's context.
+
+    Subclasses implement ``_process(tokens, pos0)``; its time is counted in
+    ``stats.t_process_us`` (what it costs to mirror the target).
+    """
+
+    _hook = None
+
+    def _attach(self, target_ctx) -> None:
+        self._hook = self._on_target_decode
+        target_ctx.decode_hooks.append(self._hook)
+
+    def _detach(self, target_ctx) -> None:
+        if self._hook is not None:
+            try:
+                target_ctx.decode_hooks.remove(self._hook)
+            except ValueError:
+                pass
+
+    def _on_target_decode(self, tokens: Sequence[int], pos0: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._process(list(tokens), pos0)
+        finally:
+            self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+
+    def _process(self, tokens: list[int], pos0: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class DraftMTP(_TargetFed):
     """Multi-token-prediction heads of the target; see the module docstring."""
 
     type = SpecType.DRAFT_MTP
@@ -232,18 +264,9 @@ class DraftMTP(Speculator):
         self.verify_pos0 = 0
         self.n_process_calls = 0
         self.n_draft_decodes = 0
-        self._hook = self._on_target_decode
-        target_ctx.decode_hooks.append(self._hook)
+        self._attach(target_ctx)
 
     # -- the target's batches ------------------------------------------------------------
-    def _on_target_decode(self, tokens: Sequence[int], pos0: int) -> None:
-        import time
-        t0 = time.perf_counter()
-        try:
-            self._process(list(tokens), pos0)
-        finally:
-            self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
-
     def _process(self, tokens: list[int], pos0: int) -> None:
         n = len(tokens)
         if n == 0:
@@ -355,10 +378,7 @@ class DraftMTP(Speculator):
     def close(self) -> None:
         tgt = self.tgt
         if tgt is not None:
-            try:
-                tgt.decode_hooks.remove(self._hook)
-            except ValueError:
-                pass
+            self._detach(tgt)
             if getattr(tgt, "ptr", None):
                 _enable_output(tgt, "nextn", False)
             self.tgt = None  # type: ignore[assignment]
@@ -472,7 +492,7 @@ def check_layer_ids(kind: str, draft: Model, target: Model, layer_ids: Sequence[
             f"build (its graph sets no t_layer_inp), so {kind} cannot read the target's hidden states")
 
 
-class DraftEagle3(Speculator):
+class DraftEagle3(_TargetFed):
     """``common_speculative_impl_draft_eagle3`` for one sequence.
 
     The target outputs the inputs of three of its layers; the drafter's
@@ -529,16 +549,7 @@ class DraftEagle3(Speculator):
         self.pending_pos = -1
         self.verify_g = np.zeros((0, self.n_embd_dec), dtype=np.float32)
         self.verify_pos_first = -1
-        self._hook = self._on_target_decode
-        target_ctx.decode_hooks.append(self._hook)
-
-    def _on_target_decode(self, tokens: Sequence[int], pos0: int) -> None:
-        import time
-        t0 = time.perf_counter()
-        try:
-            self._process(list(tokens), pos0)
-        finally:
-            self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+        self._attach(target_ctx)
 
     def _features(self, n: int) -> np.ndarray:
         feats = np.empty((n, self.n_embd_enc), dtype=np.float32)
@@ -662,10 +673,7 @@ class DraftEagle3(Speculator):
     def close(self) -> None:
         tgt = self.tgt
         if tgt is not None:
-            try:
-                tgt.decode_hooks.remove(self._hook)
-            except ValueError:
-                pass
+            self._detach(tgt)
             if getattr(tgt, "ptr", None):
                 for k in self._keys:
                     _enable_output(tgt, k, False)
@@ -877,7 +885,7 @@ class _InjectBatch:
             self.b = None
 
 
-class DraftDFlash(Speculator):
+class DraftDFlash(_TargetFed):
     """``common_speculative_impl_draft_dflash`` for one sequence (draft-dflash).
 
     After every target decode the target's layer inputs at the drafter's
@@ -981,17 +989,11 @@ class DraftDFlash(Speculator):
                  "sample_from_anchor=%s dflash2=%s", kind.lower(), self.n_max_param, self.n_min,
                  self.p_min, self.block_size, self.mask_token, len(self.layer_ids),
                  self.sample_from_anchor, self.is_dflash2)
-        self._hook = self._on_target_decode
-        target_ctx.decode_hooks.append(self._hook)
+        self._attach(target_ctx)
 
     # -- KV injection of the target's features ---------------------------------------------
-    def _on_target_decode(self, tokens: Sequence[int], pos0: int) -> None:
-        import time
-        t0 = time.perf_counter()
-        try:
-            self._inject(len(tokens), pos0)
-        finally:
-            self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+    def _process(self, tokens: list[int], pos0: int) -> None:
+        self._inject(len(tokens), pos0)
 
     def _inject(self, n: int, pos0: int) -> None:
         if n <= 0:
@@ -1094,11 +1096,7 @@ class DraftDFlash(Speculator):
     def close(self) -> None:
         tgt = self.tgt
         if tgt is not None:
-            if self._hook is not None:
-                try:
-                    tgt.decode_hooks.remove(self._hook)
-                except ValueError:
-                    pass
+            self._detach(tgt)
             if getattr(tgt, "ptr", None):
                 for k in self._keys:
                     _enable_output(tgt, k, False)
