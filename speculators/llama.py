@@ -49,8 +49,7 @@ def _log_cb(level, text, _user):  # pragma: no cover - called from C
     if _verbose:
         import sys
         sys.stderr.write(msg)
-    if level <= 3 or "error" in msg.lower() or "failed" in msg.lower():  # GGML_LOG_LEVEL_ERROR=4? keep all warnings
-        pass
+    # keep the last lines: a failed load is explained from them (see _last_errors)
     with _log_lock:
         _recent_log.append(msg)
         del _recent_log[:-40]
@@ -68,9 +67,15 @@ def backend_init() -> None:
 
 
 def _last_errors() -> str:
+    """The most telling line llama.cpp logged during the last failed call."""
     with _log_lock:
         lines = [l.strip() for l in _recent_log if l.strip()]
-    errs = [l for l in lines if "error" in l.lower() or "failed" in l.lower() or "invalid" in l.lower()]
+    for line in reversed(lines):
+        low = line.lower()
+        if "error loading model:" in low:
+            return line[low.index("error loading model:") + len("error loading model:"):].strip()
+    errs = [l for l in lines if ("error" in l.lower() or "invalid" in l.lower())
+            and "failed to load model" not in l]
     return (errs or lines or [""])[-1]
 
 
@@ -91,26 +96,6 @@ def check_gguf_file(path: str | os.PathLike) -> None:
         raise ModelError(f"unsupported or damaged GGUF header in {p}")
     if size < 1024:
         raise ModelError(f"model file is truncated: {p}")
-
-
-def gguf_tensor_data_end(path: str | os.PathLike) -> int | None:
-    """Best-effort: the byte offset where the last tensor's data ends.
-
-    Used to report truncated files before llama.cpp reads past their end.
-    Returns None if the header cannot be parsed (llama.cpp then decides).
-    """
-    try:
-        from gguf import GGUFReader  # type: ignore
-    except Exception:
-        return None
-    try:
-        r = GGUFReader(os.fspath(path))
-        end = 0
-        for t in r.tensors:
-            end = max(end, int(t.data_offset) + int(t.n_bytes))
-        return end
-    except Exception:
-        return None
 
 
 @dataclass

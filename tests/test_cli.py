@@ -78,7 +78,7 @@ def test_bad_model_files_give_one_clear_line(tmp_path, default_model_path):
     trunc = tmp_path / "truncated.gguf"
     with open(default_model_path, "rb") as f:
         trunc.write_bytes(f.read(50_000_000))
-    assert_clean_error(draftlight("generate", "-m", str(trunc), "-p", "hi"), "cannot load model")
+    assert_clean_error(draftlight("generate", "-m", str(trunc), "-p", "hi"), "incomplete")
     assert_clean_error(draftlight("generate", "-m", str(tmp_path), "-p", "hi"), "directory")
 
 
