@@ -204,6 +204,34 @@ class _TargetFed(Speculator):
     def _process(self, tokens: list[int], pos0: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    #: the target outputs this drafter switched on (switched off again on close)
+    def _output_keys(self) -> list:
+        return list(getattr(self, "_keys", []))
+
+    def _release_target(self) -> None:
+        """Unhook from the target and switch off the outputs this drafter asked for."""
+        tgt = getattr(self, "tgt", None)
+        if tgt is not None:
+            self._detach(tgt)
+            if getattr(tgt, "ptr", None):
+                for k in self._output_keys():
+                    _enable_output(tgt, k, False)
+            self.tgt = None  # type: ignore[assignment]
+
+    def _release_draft(self) -> None:
+        """Close the draft context and give back (or free) the draft model."""
+        if getattr(self, "ctx", None) is not None:
+            self.ctx.close()
+            self.ctx = None  # type: ignore[assignment]
+        model = getattr(self, "model", None)
+        if model is not None:
+            if getattr(self, "_owns_model", False):
+                from .draft_simple import release_draft_model
+                release_draft_model(model)
+            elif getattr(self, "_frees_model", False):
+                model.close()
+        self.model = None  # type: ignore[assignment]
+
 
 class DraftMTP(_TargetFed):
     """Multi-token-prediction heads of the target; see the module docstring."""
@@ -375,25 +403,15 @@ class DraftMTP(_TargetFed):
         self.pending_h = self.verify_h[i_h].copy()
         self.pending_pos = self.verify_pos0 + i_h + 1
 
+    def _output_keys(self) -> list:
+        return ["nextn"]
+
     def close(self) -> None:
-        tgt = self.tgt
-        if tgt is not None:
-            self._detach(tgt)
-            if getattr(tgt, "ptr", None):
-                _enable_output(tgt, "nextn", False)
-            self.tgt = None  # type: ignore[assignment]
+        self._release_target()
         if getattr(self, "batch", None) is not None:
             self.batch.free()
             self.batch = None  # type: ignore[assignment]
-        if getattr(self, "ctx", None) is not None:
-            self.ctx.close()
-            self.ctx = None  # type: ignore[assignment]
-        if self._owns_model and self.model is not None:
-            from .draft_simple import release_draft_model
-            release_draft_model(self.model)
-        elif self._frees_model and self.model is not None:
-            self.model.close()
-        self.model = None  # type: ignore[assignment]
+        self._release_draft()
 
 
 def _engine_parts(resources: dict):
@@ -671,23 +689,11 @@ class DraftEagle3(_TargetFed):
         self.pending_g = np.frombuffer(data[4:], dtype="<f4").astype(np.float32)
 
     def close(self) -> None:
-        tgt = self.tgt
-        if tgt is not None:
-            self._detach(tgt)
-            if getattr(tgt, "ptr", None):
-                for k in self._keys:
-                    _enable_output(tgt, k, False)
-            self.tgt = None  # type: ignore[assignment]
+        self._release_target()
         if getattr(self, "batch", None) is not None:
             self.batch.free()
             self.batch = None  # type: ignore[assignment]
-        if getattr(self, "ctx", None) is not None:
-            self.ctx.close()
-            self.ctx = None  # type: ignore[assignment]
-        if self._owns_model and self.model is not None:
-            from .draft_simple import release_draft_model
-            release_draft_model(self.model)
-        self.model = None  # type: ignore[assignment]
+        self._release_draft()
 
 
 @register(SpecType.DRAFT_EAGLE3)
@@ -1094,26 +1100,14 @@ class DraftDFlash(_TargetFed):
         pass  # the next target batch brings the features of whatever was accepted
 
     def close(self) -> None:
-        tgt = self.tgt
-        if tgt is not None:
-            self._detach(tgt)
-            if getattr(tgt, "ptr", None):
-                for k in self._keys:
-                    _enable_output(tgt, k, False)
-            self.tgt = None  # type: ignore[assignment]
+        self._release_target()
         if self.batch is not None:
             lc.llama_batch_free(self.batch)
             self.batch = None
         if self.inject is not None:
             self.inject.free()
             self.inject = None
-        if self.ctx is not None:
-            self.ctx.close()
-            self.ctx = None
-        if self._owns_model and self.model is not None:
-            from .draft_simple import release_draft_model
-            release_draft_model(self.model)
-        self.model = None  # type: ignore[assignment]
+        self._release_draft()
 
 
 class DraftDSpark(DraftDFlash):
