@@ -529,17 +529,20 @@ class DraftlightApp(App[int]):
         r = msg.result
         stats = r.stats.to_dict()
         shown = "".join(job.record.texts)
-        if r.text != shown and shown.startswith(r.text):
+        # a finished reply ends at its last visible character: transcript models end
+        # their turn with a newline before the next "User:" line
+        text = r.text.rstrip() if r.finish_reason != STOP_CANCELLED else r.text
+        if text != shown and shown.startswith(text):
             # the engine trimmed a stop string whose start it had already streamed
-            job.record = job.record.truncated(len(r.text))
+            job.record = job.record.truncated(len(text))
             if job.view.is_attached:
-                job.view.body.truncate(len(r.text))
+                job.view.body.truncate(len(text))
         if job.view.is_attached:
-            job.view.finish_streaming(stats, r.finish_reason, r.text)
+            job.view.finish_streaming(stats, r.finish_reason, text)
         self.session.add(r.stats)
         job.live = None
         if self.history is not None and job.msg_id is not None:
-            self.history.update_message(job.msg_id, content=r.text, tokens=job.record, stats=stats,
+            self.history.update_message(job.msg_id, content=text, tokens=job.record, stats=stats,
                                         status=storage.CANCELLED if r.finish_reason == STOP_CANCELLED
                                         else storage.DONE, finish_reason=r.finish_reason)
         self.job = None
