@@ -24,7 +24,7 @@ again":
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar, Sequence
 
 from .types import SpecType
@@ -83,6 +83,24 @@ class SpeculatorStats:
         if self.n_gen_tokens == 0:
             return None
         return self.n_acc_tokens / self.n_gen_tokens
+
+    def _combine(self, other: "SpeculatorStats", sign: int) -> "SpeculatorStats":
+        out = self.copy()
+        for f in fields(self):
+            if f.name != "n_acc_tokens_per_pos":
+                setattr(out, f.name, getattr(self, f.name) + sign * getattr(other, f.name))
+        a, b = self.n_acc_tokens_per_pos, other.n_acc_tokens_per_pos
+        out.n_acc_tokens_per_pos = [(a[i] if i < len(a) else 0) + sign * (b[i] if i < len(b) else 0)
+                                    for i in range(max(len(a), len(b)))]
+        return out
+
+    def __add__(self, other: "SpeculatorStats") -> "SpeculatorStats":
+        """Counters and timers added field by field (e.g. over several replies)."""
+        return self._combine(other, 1)
+
+    def __sub__(self, other: "SpeculatorStats") -> "SpeculatorStats":
+        """What happened since ``other`` was taken (chain stats only grow)."""
+        return self._combine(other, -1)
 
     def copy(self) -> "SpeculatorStats":
         s = SpeculatorStats(**{k: v for k, v in self.__dict__.items()})

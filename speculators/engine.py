@@ -437,18 +437,4 @@ class ReplyBuilder:
 
 def _diff_stats(chain: SpeculatorChain, base) -> dict:
     """Per-speculator stats of this generation only (chain stats accumulate)."""
-    out = {}
-    for name, s in chain.stats().items():
-        b = base.get(name)
-        if b is None:
-            out[name] = s
-            continue
-        d = s.copy()
-        for k in ("n_call_begin", "n_call_draft", "n_call_accept", "n_gen_drafts", "n_acc_drafts",
-                  "n_gen_tokens", "n_acc_tokens", "t_begin_us", "t_draft_us", "t_accept_us",
-                  "t_process_us"):
-            setattr(d, k, getattr(s, k) - getattr(b, k))
-        d.n_acc_tokens_per_pos = [x - (b.n_acc_tokens_per_pos[i] if i < len(b.n_acc_tokens_per_pos) else 0)
-                                  for i, x in enumerate(s.n_acc_tokens_per_pos)]
-        out[name] = d
-    return out
+    return {name: (s - base[name]) if name in base else s for name, s in chain.stats().items()}

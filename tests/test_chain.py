@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from speculators import (ALL_TYPES, PRIORITY, DraftRequest, ParamError, SpecParams, SpecType, Speculator,
+from speculators import (ALL_TYPES, PRIORITY, DraftRequest, ParamError, SpecParams, SpecType, Speculator, SpeculatorStats,
                          SpeculatorChain, UnknownSpecType, parse_types, resolve_synth_rates)
 
 
@@ -206,3 +206,15 @@ def test_params_round_trip_through_a_dict():
     p.draft.p_min = 0.25
     q = SpecParams.from_dict(p.to_dict())
     assert q == p
+
+
+def test_stats_add_and_subtract_field_by_field():
+    a = SpeculatorStats(n_call_draft=3, n_gen_tokens=9, n_acc_tokens=5, t_draft_us=10.0,
+                        n_acc_tokens_per_pos=[2, 2, 1])
+    b = SpeculatorStats(n_call_draft=1, n_gen_tokens=2, n_acc_tokens=1, t_draft_us=4.0, t_process_us=2.0,
+                        n_acc_tokens_per_pos=[1])
+    s = a + b
+    assert (s.n_call_draft, s.n_gen_tokens, s.n_acc_tokens, s.t_draft_us, s.t_process_us) == (4, 11, 6, 14.0, 2.0)
+    assert s.n_acc_tokens_per_pos == [3, 2, 1]
+    assert s - b == a
+    assert a.n_acc_tokens_per_pos == [2, 2, 1]  # operands untouched

@@ -12,19 +12,8 @@ from typing import Any, Mapping
 from speculators.base import SpeculatorStats
 from speculators.events import GenerationStats
 
-#: the counters and timers of SpeculatorStats (whatever the engine adds), summed over replies
+#: the counters and timers of SpeculatorStats (whatever the engine adds)
 _SUM_FIELDS = tuple(f.name for f in dataclasses.fields(SpeculatorStats) if f.name != "n_acc_tokens_per_pos")
-
-
-def add_spec_stats(a: SpeculatorStats, b: SpeculatorStats) -> SpeculatorStats:
-    out = a.copy()
-    for k in _SUM_FIELDS:
-        setattr(out, k, getattr(a, k) + getattr(b, k))
-    n = max(len(a.n_acc_tokens_per_pos), len(b.n_acc_tokens_per_pos))
-    out.n_acc_tokens_per_pos = [
-        (a.n_acc_tokens_per_pos[i] if i < len(a.n_acc_tokens_per_pos) else 0)
-        + (b.n_acc_tokens_per_pos[i] if i < len(b.n_acc_tokens_per_pos) else 0) for i in range(n)]
-    return out
 
 
 def spec_stats_from_dict(d: Mapping[str, Any]) -> SpeculatorStats:
@@ -75,7 +64,7 @@ class SessionStats:
         t.t_gen_s += stats.t_gen_s
         for name, s in stats.speculators.items():
             cur = self.speculators.get(name)
-            self.speculators[name] = s.copy() if cur is None else add_spec_stats(cur, s)
+            self.speculators[name] = s.copy() if cur is None else cur + s
 
     def with_live(self, live: GenerationStats | None) -> "SessionStats":
         """A copy that includes the reply still being written."""
