@@ -40,7 +40,7 @@ from .events import (
 )
 from .llama import Context, ContextFull, Model, ModelError
 from .params import SpecParams
-from .sampling import SamplingParams, Sampler
+from .sampling import DEFAULT_SEED, SamplingParams, Sampler
 from .template import ChatTemplate
 from .types import SpecType
 
@@ -151,7 +151,7 @@ class Engine:
         assert chain is not None
         sampler = Sampler(sampling, self.model)
         synth_probs = chain.synth_probs
-        synth_rng = random.Random(sampler.seed if sampling.seed != 0xFFFFFFFF else None)
+        synth_rng = random.Random(None if sampler.seed == DEFAULT_SEED else sampler.seed)
         stats = GenerationStats(n_prompt=len(prompt), synthetic=bool(synth_probs))
         base_spec_stats = chain.stats()
         try:
