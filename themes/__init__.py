@@ -21,6 +21,11 @@ A broken user theme is reported (see :func:`load_all`) and skipped; a
 type missing from a user theme takes the colour of the built-in theme of
 the same darkness. This module does not import Textual.
 
+Speculator colours must stay told apart at a glance, also once a 256-colour
+terminal has rounded them to the xterm palette: :func:`delta_e2000` (CIEDE2000
+colour difference in CIELAB) and :func:`contrast_ratio` (WCAG) measure that;
+the built-in themes are tested with them (tests/test_themes.py).
+
 >>> t = parse_theme({"name": "x", "colors": {"primary": "#123"}, "draft": {"ngram-mod": "#ff0"}})
 >>> t.draft["ngram-mod"].fg
 '#ffff00'
@@ -30,6 +35,7 @@ the same darkness. This module does not import Textual.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -219,3 +225,91 @@ def load_all(user_dir: Path | None) -> tuple[dict[str, ThemeData], list[str]]:
         user, errors = load_user(user_dir, builtin)
         themes.update(user)
     return themes, errors
+
+
+# -- colour measures -------------------------------------------------------
+
+def hex_to_rgb(value: str) -> tuple[int, int, int]:
+    """``"#rgb"`` or ``"#rrggbb"`` as an (r, g, b) triplet of 0..255."""
+    v = _norm_hex(value, "colour")
+    return int(v[1:3], 16), int(v[3:5], 16), int(v[5:7], 16)
+
+
+def _linear(c: int) -> float:
+    x = c / 255
+    return x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4
+
+
+def relative_luminance(rgb: tuple[int, int, int]) -> float:
+    r, g, b = (_linear(c) for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """WCAG 2 contrast ratio of two sRGB colours, 1 (same) .. 21 (black on white).
+
+    >>> round(contrast_ratio((0, 0, 0), (255, 255, 255)), 1)
+    21.0
+    """
+    la, lb = sorted((relative_luminance(a), relative_luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def rgb_to_lab(rgb: tuple[int, int, int]) -> tuple[float, float, float]:
+    """sRGB (D65) to CIELAB (D65 white)."""
+    r, g, b = (_linear(c) for c in rgb)
+    x = (0.4124564 * r + 0.3575761 * g + 0.1804375 * b) / 0.95047
+    y = 0.2126729 * r + 0.7151522 * g + 0.0721750 * b
+    z = (0.0193339 * r + 0.1191920 * g + 0.9503041 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116
+
+    fx, fy, fz = f(x), f(y), f(z)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def delta_e2000(lab1: tuple[float, float, float], lab2: tuple[float, float, float]) -> float:
+    """CIEDE2000 colour difference (Sharma, Wu & Dalal 2005); about 1 is just noticeable.
+
+    >>> round(delta_e2000((50, 2.6772, -79.7751), (50, 0, -82.7485)), 4)
+    2.0425
+    """
+    l1, a1, b1 = lab1
+    l2, a2, b2 = lab2
+    c_mean = (math.hypot(a1, b1) + math.hypot(a2, b2)) / 2
+    g = 0.5 * (1 - math.sqrt(c_mean ** 7 / (c_mean ** 7 + 25 ** 7)))
+    a1p, a2p = (1 + g) * a1, (1 + g) * a2
+    c1p, c2p = math.hypot(a1p, b1), math.hypot(a2p, b2)
+    h1p = math.degrees(math.atan2(b1, a1p)) % 360 if c1p else 0.0
+    h2p = math.degrees(math.atan2(b2, a2p)) % 360 if c2p else 0.0
+    dl = l2 - l1
+    dc = c2p - c1p
+    if c1p * c2p == 0:
+        dh = 0.0
+    else:
+        dh = h2p - h1p
+        if dh > 180:
+            dh -= 360
+        elif dh < -180:
+            dh += 360
+    dhh = 2 * math.sqrt(c1p * c2p) * math.sin(math.radians(dh / 2))
+    l_mean = (l1 + l2) / 2
+    cp_mean = (c1p + c2p) / 2
+    if c1p * c2p == 0:
+        hp_mean = h1p + h2p
+    elif abs(h1p - h2p) <= 180:
+        hp_mean = (h1p + h2p) / 2
+    elif h1p + h2p < 360:
+        hp_mean = (h1p + h2p + 360) / 2
+    else:
+        hp_mean = (h1p + h2p - 360) / 2
+    t = (1 - 0.17 * math.cos(math.radians(hp_mean - 30)) + 0.24 * math.cos(math.radians(2 * hp_mean))
+         + 0.32 * math.cos(math.radians(3 * hp_mean + 6)) - 0.20 * math.cos(math.radians(4 * hp_mean - 63)))
+    d_theta = 30 * math.exp(-(((hp_mean - 275) / 25) ** 2))
+    r_c = 2 * math.sqrt(cp_mean ** 7 / (cp_mean ** 7 + 25 ** 7))
+    s_l = 1 + 0.015 * (l_mean - 50) ** 2 / math.sqrt(20 + (l_mean - 50) ** 2)
+    s_c = 1 + 0.045 * cp_mean
+    s_h = 1 + 0.015 * cp_mean * t
+    r_t = -math.sin(math.radians(2 * d_theta)) * r_c
+    return math.sqrt((dl / s_l) ** 2 + (dc / s_c) ** 2 + (dhh / s_h) ** 2 + r_t * (dc / s_c) * (dhh / s_h))
