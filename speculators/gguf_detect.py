@@ -48,7 +48,7 @@ from typing import Any, Iterator
 from .types import SpecType
 
 __all__ = ["GGUFError", "GGUFInfo", "GGUFStringArray", "GGUFSummary", "TensorInfo", "gguf_summary",
-           "read_gguf", "types_from_gguf", "types_from_info", "GGUF_TYPE"]
+           "read_gguf", "tensor_data_end", "types_from_gguf", "types_from_info", "GGUF_TYPE", "GGML_BLOCK"]
 
 
 class GGUFError(ValueError):
@@ -264,6 +264,41 @@ def _parse(mm: mmap.mmap, path: str, size: int, want_tensors: bool) -> GGUFInfo:
         if align > 0:
             info.data_offset = (off + align - 1) // align * align
     return info
+
+
+# -- tensor data extent ---------------------------------------------------------
+
+#: ggml tensor types: (elements per block, bytes per block), as ggml's type traits say
+#: (checked against the ``gguf`` package's ``GGML_QUANT_SIZES`` by the tests)
+GGML_BLOCK: dict[int, tuple[int, int]] = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    9: (32, 40), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18),
+    21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4),
+    27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66),
+    39: (32, 17), 40: (64, 36), 41: (128, 18),
+}
+
+
+def tensor_data_end(info: GGUFInfo) -> int | None:
+    """The byte offset where the last tensor's data ends, as the header declares it.
+
+    None when the tensor infos were not read or a tensor has a type this table
+    does not know (the caller then cannot tell, and should not guess).
+    """
+    if info.tensors is None or info.data_offset is None:
+        return None
+    end = info.data_offset
+    for t in info.tensors.values():
+        blk = GGML_BLOCK.get(t.ggml_type)
+        if blk is None:
+            return None
+        n = 1
+        for d in t.shape:
+            n *= d
+        per, size = blk
+        end = max(end, info.data_offset + t.offset + (n + per - 1) // per * size)
+    return end
 
 
 # -- speculative types ------------------------------------------------------
