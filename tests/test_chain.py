@@ -118,15 +118,55 @@ def test_begin_reaches_every_speculator():
     assert chain.stats()["ngram-mod"].n_call_begin == 1
 
 
-def test_state_hooks_exist_on_every_speculator():
+def test_state_hooks_exist_on_every_speculator(tmp_path):
+    """Every type's hooks do real work (the base class's no-ops would fail here), and
+    the one type with per-sequence state round-trips it through the chain."""
+    import random
+
     chain = SpeculatorChain.from_params(SpecParams.from_types(
         "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache"))
     assert [s.name for s in chain.speculators] == [
         "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
+    rng = random.Random(3)
+    phrase = [rng.randrange(1000, 60000) for _ in range(120)]
+    hist = phrase * 5 + phrase[:30]  # every type's lookup finds the phrase's continuation
     for s in chain.speculators:
         for hook in ("begin", "process", "draft", "accept", "get_state", "set_state"):
             assert callable(getattr(s, hook))
-    assert chain.get_state() is None  # none of the n-gram types keeps per-sequence state
+        s.begin(hist[:-1])
+        d = s.draft(DraftRequest(prompt=hist[:-1], id_last=hist[-1], pos0=len(hist) - 1, n_max=s.n_max))
+        assert d and d == phrase[30:30 + len(d)], s.name
+        s.accept(len(d), False)
+        # as in the reference, no n-gram type keeps per-sequence state
+        assert s.get_state() is None, s.name
+    assert chain.get_state() is None
+
+    # EAGLE3 keeps its deferred boundary (position + g row) where the target's single-position
+    # checkpoints would lose it: on a hybrid target. It must survive get_state/set_state.
+    from speculators.engine import Engine, EngineConfig
+    from speculators.sampling import SamplingParams
+    from tests.hidden_models import write_eagle3, write_qwen35_mtp
+
+    target = write_qwen35_mtp(tmp_path / "hybrid.gguf", with_mtp=False)
+    drafter = write_eagle3(tmp_path / "eagle3.gguf", target_layers=(0, 1, 1))
+    spec = SpecParams.from_types("draft-eagle3")
+    spec.draft.model, spec.draft.p_min, spec.draft.n_max = str(drafter), 0.0, 3
+    eng = Engine(str(target), EngineConfig(n_ctx=256, n_batch=16, n_threads=1), spec)
+    try:
+        assert eng.model.is_hybrid and eng.chain.skipped == {}
+        eng.run(eng.model.tokenize("hello world"), max_tokens=8, sampling=SamplingParams(temperature=0.0))
+        (s,) = eng.chain.speculators
+        data = eng.chain.get_state()
+        assert data is not None and len(data) > 4
+        pos, g = s.pending_pos, s.pending_g.copy()
+        assert pos > 0 and g.any()
+        s.pending_pos, s.pending_g = -1, g * 0
+        assert eng.chain.get_state() is None  # nothing pending: nothing to stash
+        eng.chain.set_state(data)
+        assert s.pending_pos == pos and (s.pending_g == g).all()
+        assert eng.chain.get_state() == data
+    finally:
+        eng.close()
 
 
 def test_model_types_without_a_model_are_skipped_with_a_reason():
