@@ -292,6 +292,10 @@ class DraftMTP(_TargetFed):
         self.verify_pos0 = 0
         self.n_process_calls = 0
         self.n_draft_decodes = 0
+        #: target batches that were replays of an accepted prefix and needed no MTP decode
+        self.n_replays_skipped = 0
+        #: (pos0, tokens, row before pos0) of the last target batch mirrored on the MTP context
+        self._last_batch: tuple[int, list[int], np.ndarray] | None = None
         self._attach(target_ctx)
 
     # -- the target's batches ------------------------------------------------------------
@@ -301,10 +305,27 @@ class DraftMTP(_TargetFed):
             return
         self.n_process_calls += 1
         h_tgt = _rows(self._get_nextn(self.tgt.ptr), n, self.n_embd)
+        last = self._last_batch
+        replay = (last is not None and pos0 != self.pending_pos and pos0 == last[0]
+                  and n <= len(last[1]) and tokens == last[1][:n])
+        if replay and self.pending_pos == pos0 + n and (
+                self.is_mem_shared or self.ctx.pos_max() == pos0 + n - 1):
+            # The engine's checkpoint rollback re-decodes the accepted part of the last verify
+            # batch. The MTP cells of those positions were written by the verify with these very
+            # inputs and kept by accept(), which also took the pending row: nothing to redo, and
+            # the state is exactly what a target that drops a partial sequence would leave.
+            self.n_replays_skipped += 1
+            return
         if not self.is_mem_shared:
-            first_h = self.pending_h if pos0 == self.pending_pos else np.zeros(self.n_embd, np.float32)
-            if pos0 != self.pending_pos and pos0 != 0:
-                log.debug("draft-mtp: no hidden state for position %d; using zeros", pos0 - 1)
+            if replay:
+                first_h = last[2]  # the row before the batch, as the verify had it
+            elif pos0 == self.pending_pos:
+                first_h = self.pending_h
+            else:
+                first_h = np.zeros(self.n_embd, np.float32)
+                if pos0 != 0:
+                    log.debug("draft-mtp: no hidden state for position %d; using zeros", pos0 - 1)
+            self._last_batch = (pos0, list(tokens), first_h.copy())
             ctx = self.ctx
             ctx.seq_rm(pos0, -1)  # drop the drafts (and anything past pos0) of the last round
             b = self.batch
@@ -355,6 +376,8 @@ class DraftMTP(_TargetFed):
             return []
         result: list[int] = []
         chain_h = [self.pending_h.copy()] if self.chain_heads else None
+        if not self.is_mem_shared:
+            ctx.seq_rm(pos0, -1)  # cells at pos0.. would make the MTP decode fail
         b.clear()
         i_last = b.add(req.id_last, pos0, True, self.pending_h)
         i = 0
@@ -402,6 +425,10 @@ class DraftMTP(_TargetFed):
         i_h = min(n_accepted, n_rows - 1)
         self.pending_h = self.verify_h[i_h].copy()
         self.pending_pos = self.verify_pos0 + i_h + 1
+        if not self.is_mem_shared:
+            # drop the MTP cells of the rejected drafts, as EAGLE3 and DFlash drop theirs: the
+            # next draft decodes at pending_pos, which must be the first free position
+            self.ctx.seq_rm(self.pending_pos, -1)
 
     def _output_keys(self) -> list:
         return ["nextn"]

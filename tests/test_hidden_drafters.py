@@ -6,7 +6,10 @@ import pytest
 
 from speculators import ext
 from speculators.engine import Engine, EngineConfig
-from speculators.events import STOP_EOG, STOP_LENGTH, FinishEvent
+import numpy as np
+
+from speculators.base import DraftRequest
+from speculators.events import STOP_EOG, STOP_LENGTH, FinishEvent, StepEvent
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
 
@@ -86,6 +89,85 @@ def test_mtp_lossless_and_counted(mtp_engine):
     assert finishes == {STOP_LENGTH, STOP_EOG}  # one reply ends early
     # the test model's MTP head is built to be right often, not always
     assert 0 < total_acc < total_gen
+
+
+def test_mtp_rollback_replay_keeps_the_mtp_cells_right(mtp_engine):
+    """After a partial rejection the checkpointed target re-decodes the accepted tokens. At the
+    end of a reply, every MTP cell of the kept sequence must pair its token with the hidden
+    state a single prefill of the same tokens gives (no zero row from the replay)."""
+    eng = mtp_engine
+    eng.set_spec(_mtp_spec())
+    (s,) = eng.chain.speculators
+    rows: dict[int, np.ndarray] = {}
+    in_process = [False]
+    real_add, real_process = s.batch.add, s._process
+
+    def add(token, pos, output, h):
+        if in_process[0]:
+            rows[pos] = np.array(h, dtype=np.float32, copy=True)  # the last write stays in the cell
+        return real_add(token, pos, output, h)
+
+    def process(tokens, pos0):
+        in_process[0] = True
+        try:
+            return real_process(tokens, pos0)
+        finally:
+            in_process[0] = False
+
+    s.batch.add, s._process = add, process
+    partial = 0
+    try:
+        for text in MTP_PROMPTS[:2]:
+            rows.clear()
+            for ev in eng.generate(eng.model.tokenize(text), max_tokens=48, sampling=GREEDY):
+                if isinstance(ev, StepEvent) and ev.n_drafted and ev.n_accepted < ev.n_drafted:
+                    partial += 1
+            hist = list(eng.kv_tokens)
+            got = dict(rows)
+            # the same tokens in one prefill (chunks of n_batch), mirrored afresh
+            rows.clear()
+            eng.ctx.clear()
+            s.ctx.clear()
+            s.pending_pos, s._last_batch = 0, None
+            eng.ctx.decode(hist, 0, logits="none")
+            eng.ctx.clear()
+            eng.kv_tokens = []
+            for pos in range(1, len(hist)):
+                assert got[pos].any(), f"{text!r}: position {pos} paired with a zero hidden state"
+                np.testing.assert_allclose(got[pos], rows[pos], rtol=0, atol=1e-3,
+                                           err_msg=f"{text!r}: position {pos}")
+    finally:
+        s.batch.add, s._process = real_add, real_process
+        eng.set_spec(SpecParams())
+    assert partial > 0  # rejections happened, so the engine replayed after restoring
+    assert s.n_replays_skipped > 0
+
+
+def test_mtp_draft_after_a_partial_rejection_without_replay(mtp_engine):
+    """A target that can drop a partial sequence does not re-decode after a rejection: accept()
+    must drop the rejected drafts' MTP cells itself, or the next draft decode fails."""
+    eng = mtp_engine
+    eng.set_spec(_mtp_spec(n_max=4))
+    (s,) = eng.chain.speculators
+    try:
+        toks = eng.model.tokenize("hello world")
+        eng.ctx.clear()
+        eng.ctx.decode(toks, 0, logits="last")  # the hook mirrors it on the MTP context
+        id_last = int(np.argmax(eng.ctx.logits(-1)))
+        pos0 = len(toks)
+        d = s.draft(DraftRequest(prompt=toks, id_last=id_last, pos0=pos0, n_max=4))
+        assert len(d) == 4
+        eng.ctx.decode([id_last] + d, pos0, logits="all")  # verify: MTP cells pos0..pos0+4
+        assert s.ctx.pos_max() == pos0 + 4
+        s.accept(1, False)  # id_last and d[0] kept, d[1:] rejected
+        assert s.ctx.pos_max() == pos0 + 1 and s.pending_pos == pos0 + 2
+        d2 = s.draft(DraftRequest(prompt=toks + [id_last, d[0]], id_last=d[1], pos0=pos0 + 2, n_max=4))
+        assert len(d2) == 4  # the draft decode ran
+        assert s.ctx.pos_max() == pos0 + 1  # and its own cells are gone again
+    finally:
+        eng.ctx.clear()
+        eng.kv_tokens = []
+        eng.set_spec(SpecParams())
 
 
 def test_mtp_after_loading_without_mtp_layers(qwen35_mtp_path):
