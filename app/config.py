@@ -39,6 +39,10 @@ class ConfigError(ValueError):
     pass
 
 
+#: what the chat does when the conversation outgrows the context (see app.session.fit_to_context)
+OVERFLOW_POLICIES = ("rolling", "truncate-middle", "stop")
+
+
 #: ``[ui]`` keys the chat app reads, with their defaults
 UI_DEFAULTS: dict[str, Any] = {
     "theme": "dark",            # a theme name from themes/ or the user themes folder
@@ -56,6 +60,9 @@ class Config:
     ui: dict[str, Any] = field(default_factory=dict)
     max_tokens: int = 1024
     system_prompt: str = ""
+    #: what the chat does when the conversation outgrows the context: "rolling" (drop the
+    #: oldest turns), "truncate-middle" (keep the first exchange, drop the ones after it), "stop"
+    overflow: str = "rolling"
 
     def ui_get(self, key: str) -> Any:
         """A ``[ui]`` value, or its default when unset or of the wrong type."""
@@ -78,6 +85,7 @@ class Config:
         return {
             "max_tokens": self.max_tokens,
             "system_prompt": self.system_prompt,
+            "context_overflow": self.overflow,
             "model": model,
             "sampling": dataclasses.asdict(self.sampling),
             "speculation": self.spec.to_dict(),
@@ -90,6 +98,10 @@ class Config:
         try:
             c.max_tokens = int(data.get("max_tokens", c.max_tokens))
             c.system_prompt = str(data.get("system_prompt", ""))
+            c.overflow = str(data.get("context_overflow", c.overflow))
+            if c.overflow not in OVERFLOW_POLICIES:
+                raise ConfigError(f"context_overflow must be one of {', '.join(OVERFLOW_POLICIES)}, "
+                                  f"not {c.overflow!r}")
             m = data.get("model", {})
             c.model = ModelOptions(model=m.get("path"), ctx_size=int(m.get("ctx_size", 4096)),
                                    threads=m.get("threads"), n_gpu_layers=m.get("n_gpu_layers"))

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from speculators.events import TokenEvent
+
 from . import paths
 
 SCHEMA_VERSION = 1
@@ -70,62 +72,54 @@ class HistoryError(RuntimeError):
     """The history database cannot be opened or is damaged."""
 
 
-@dataclass
-class TokenRecord:
-    """Per-token provenance of one reply, as parallel lists."""
+def tokens_to_json(tokens: Sequence[TokenEvent]) -> str:
+    """A reply's tokens (the engine's own :class:`TokenEvent` records) as stored JSON.
 
-    ids: list[int] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    drafted_by: list[str | None] = field(default_factory=list)
-    draft_pos: list[int | None] = field(default_factory=list)
+    Speculator names are stored once; tokens refer to them by index.
 
-    def __len__(self) -> int:
-        return len(self.ids)
+    >>> t = [TokenEvent(0, 5, "Hi", None, None), TokenEvent(1, 6, " there", "ngram-mod", 0)]
+    >>> [x.to_dict() for x in tokens_from_json(tokens_to_json(t))] == [x.to_dict() for x in t]
+    True
+    """
+    names: list[str] = []
+    index: dict[str, int] = {}
+    by = []
+    for t in tokens:
+        b = t.drafted_by
+        if b is None:
+            by.append(-1)
+        else:
+            if b not in index:
+                index[b] = len(names)
+                names.append(b)
+            by.append(index[b])
+    return json.dumps({"v": 1, "names": names, "ids": [t.id for t in tokens], "text": [t.text for t in tokens],
+                       "by": by, "pos": [-1 if t.draft_pos is None else t.draft_pos for t in tokens]},
+                      separators=(",", ":"), ensure_ascii=False)
 
-    def append(self, tok_id: int, text: str, by: str | None, pos: int | None) -> None:
-        self.ids.append(tok_id)
-        self.texts.append(text)
-        self.drafted_by.append(by)
-        self.draft_pos.append(pos)
 
-    def truncated(self, n_chars: int) -> "TokenRecord":
-        """The tokens that make up the first ``n_chars`` characters (the last one cut to fit)."""
-        out = TokenRecord()
-        total = 0
-        for tok, text, by, pos in zip(self.ids, self.texts, self.drafted_by, self.draft_pos):
-            if total >= n_chars and text:
-                break
-            piece = text[: max(0, n_chars - total)]
-            out.append(tok, piece, by, pos)
-            total += len(piece)
-        return out
+def tokens_from_json(data: str | None) -> list[TokenEvent]:
+    if not data:
+        return []
+    d = json.loads(data)
+    names = d.get("names", [])
+    return [TokenEvent(i, tok, text, None if b < 0 else names[b], None if p < 0 else p)
+            for i, (tok, text, b, p) in enumerate(zip(d["ids"], d["text"], d["by"], d["pos"]))]
 
-    def to_json(self) -> str:
-        # speculator names are stored once, tokens refer to them by index
-        names: list[str] = []
-        index: dict[str, int] = {}
-        by = []
-        for b in self.drafted_by:
-            if b is None:
-                by.append(-1)
-            else:
-                if b not in index:
-                    index[b] = len(names)
-                    names.append(b)
-                by.append(index[b])
-        return json.dumps({"v": 1, "names": names, "ids": self.ids, "text": self.texts,
-                           "by": by, "pos": [-1 if p is None else p for p in self.draft_pos]},
-                          separators=(",", ":"), ensure_ascii=False)
 
-    @classmethod
-    def from_json(cls, data: str | None) -> "TokenRecord":
-        if not data:
-            return cls()
-        d = json.loads(data)
-        names = d.get("names", [])
-        return cls(ids=list(d["ids"]), texts=list(d["text"]),
-                   drafted_by=[None if b < 0 else names[b] for b in d["by"]],
-                   draft_pos=[None if p < 0 else p for p in d["pos"]])
+def truncate_tokens(tokens: Sequence[TokenEvent], n_chars: int) -> list[TokenEvent]:
+    """The tokens that make up the first ``n_chars`` characters (the last one cut to fit)."""
+    out: list[TokenEvent] = []
+    total = 0
+    for t in tokens:
+        if total >= n_chars and t.text:
+            break
+        piece = t.text[: max(0, n_chars - total)]
+        if piece != t.text:
+            t = TokenEvent(t.index, t.id, piece, t.drafted_by, t.draft_pos)
+        out.append(t)
+        total += len(piece)
+    return out
 
 
 @dataclass
@@ -137,7 +131,7 @@ class StoredMessage:
     status: str = DONE
     finish_reason: str | None = None
     stats: dict[str, Any] | None = None
-    tokens: TokenRecord = field(default_factory=TokenRecord)
+    tokens: list[TokenEvent] = field(default_factory=list)
     created: float = 0.0
 
     @property
@@ -233,6 +227,13 @@ class History:
         ).fetchall()
         return [ChatSummary(r[0], r[1] or "Untitled chat", r[2], r[3], r[4]) for r in rows]
 
+    def sent_messages(self, limit: int = 200) -> list[str]:
+        """The person's latest messages over every chat, oldest first (the prompt's Up/Down)."""
+        rows = self.db.execute(
+            "SELECT content FROM messages WHERE role='user' ORDER BY created DESC, id DESC LIMIT ?",
+            (limit,)).fetchall()
+        return [r[0] for r in reversed(rows)]
+
     def rename_chat(self, chat_id: int, title: str) -> None:
         with self._tx():
             self.db.execute("UPDATE chats SET title=? WHERE id=?", (title.strip() or "Untitled chat", chat_id))
@@ -260,13 +261,13 @@ class History:
                 "FROM messages WHERE chat_id=? ORDER BY seq", (chat_id,)):
             chat.messages.append(StoredMessage(
                 id=r[0], seq=r[1], role=r[2], content=r[3], status=r[4], finish_reason=r[5],
-                stats=json.loads(r[6]) if r[6] else None, tokens=TokenRecord.from_json(r[7]),
+                stats=json.loads(r[6]) if r[6] else None, tokens=tokens_from_json(r[7]),
                 created=r[8]))
         return chat
 
     # -- messages --------------------------------------------------------------
     def add_message(self, chat_id: int, role: str, content: str, *, status: str = DONE,
-                    tokens: TokenRecord | None = None, stats: dict | None = None,
+                    tokens: Sequence[TokenEvent] | None = None, stats: dict | None = None,
                     finish_reason: str | None = None) -> int:
         """Append a message; the first user message titles an untitled chat."""
         now = time.time()
@@ -278,7 +279,7 @@ class History:
                 " VALUES (?,?,?,?,?,?,?,?,?)",
                 (chat_id, seq, role, content, status, finish_reason,
                  json.dumps(stats) if stats is not None else None,
-                 tokens.to_json() if tokens is not None else None, now))
+                 tokens_to_json(tokens) if tokens is not None else None, now))
             if role == "user":
                 self.db.execute("UPDATE chats SET title=? WHERE id=? AND title=''",
                                 (title_from(content), chat_id))
@@ -286,7 +287,7 @@ class History:
         return int(cur.lastrowid)
 
     def update_message(self, message_id: int, *, content: str | None = None,
-                       tokens: TokenRecord | None = None, stats: dict | None = None,
+                       tokens: Sequence[TokenEvent] | None = None, stats: dict | None = None,
                        status: str | None = None, finish_reason: str | None = None) -> None:
         sets, vals = [], []
         for col, val in (("content", content), ("status", status), ("finish_reason", finish_reason)):
@@ -295,7 +296,7 @@ class History:
                 vals.append(val)
         if tokens is not None:
             sets.append("tokens=?")
-            vals.append(tokens.to_json())
+            vals.append(tokens_to_json(tokens))
         if stats is not None:
             sets.append("stats=?")
             vals.append(json.dumps(stats))
@@ -331,20 +332,11 @@ def chat_to_markdown(chat: Chat) -> str:
         who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role.title())
         out += [f"## {who}", "", m.content.rstrip(), ""]
         if m.role == "assistant":
-            note = []
-            if m.stats:
-                s = m.stats
-                note.append(f"{s.get('n_generated', 0)} tokens")
-                if s.get("tokens_per_s"):
-                    note.append(f"{s['tokens_per_s']:.1f} tokens/s")
-                if s.get("n_drafted"):
-                    note.append(f"{s.get('n_accepted', 0)}/{s['n_drafted']} drafted tokens accepted")
-            if m.interrupted:
-                note.append("interrupted")
-            elif m.status == CANCELLED:
-                note.append("stopped")
+            # the same line as under the reply in the chat
+            from .figures import reply_footer
+            note = reply_footer(m.tokens, m.stats, m.finish_reason, m.status)
             if note:
-                out += [f"<sub>{' · '.join(note)}</sub>", ""]
+                out += [f"<sub>{note}</sub>", ""]
     return "\n".join(out).rstrip() + "\n"
 
 

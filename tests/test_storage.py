@@ -13,16 +13,14 @@ from pathlib import Path
 import pytest
 
 from app import paths
-from app.storage import DONE, STREAMING, History, HistoryError, TokenRecord, slugify
+from app.storage import DONE, STREAMING, History, HistoryError, slugify
+from speculators.events import TokenEvent
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def record(*tokens) -> TokenRecord:
-    r = TokenRecord()
-    for i, (text, by, pos) in enumerate(tokens):
-        r.append(100 + i, text, by, pos)
-    return r
+def record(*tokens) -> list[TokenEvent]:
+    return [TokenEvent(i, 100 + i, text, by, pos) for i, (text, by, pos) in enumerate(tokens)]
 
 
 def test_the_history_lives_in_the_user_data_dir():
@@ -81,9 +79,9 @@ def test_token_provenance_round_trips():
     assert chat.system_prompt == "Be brief."
     m = chat.messages[0]
     assert (m.content, m.status, m.finish_reason) == ("Hello! é", DONE, "stop")
-    assert m.tokens.texts == rec.texts and m.tokens.ids == rec.ids
-    assert m.tokens.drafted_by == ["ngram-mod", "ngram-mod", None, "draft-simple"]
-    assert m.tokens.draft_pos == [0, 1, None, 0]
+    assert [t.text for t in m.tokens] == [t.text for t in rec] and [t.id for t in m.tokens] == [t.id for t in rec]
+    assert [t.drafted_by for t in m.tokens] == ["ngram-mod", "ngram-mod", None, "draft-simple"]
+    assert [t.draft_pos for t in m.tokens] == [0, 1, None, 0]
     assert m.stats == {"n_generated": 4, "n_drafted": 3}
     h2.close()
 
@@ -99,7 +97,8 @@ def test_export_markdown():
     assert md.startswith("# Hi\n")
     assert "## System\n\nBe kind." in md
     assert "## You\n\nHi" in md and "## Assistant\n\nHello!" in md
-    assert "1/1 drafted tokens accepted" in md and "interrupted" in md
+    # the same line as the reply's footer in the chat (app.figures)
+    assert "<sub>2 tok · drafted 1 · accepted 1 (100%)</sub>" in md and "<sub>interrupted</sub>" in md
     assert slugify("Hi: what's up?") == "hi-what-s-up"
     h.close()
 
@@ -123,17 +122,16 @@ def test_a_damaged_file_is_reported_not_a_traceback(tmp_path):
 WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from app.storage import History, TokenRecord
+    from app.storage import History
+    from speculators.events import TokenEvent
     h = History({path!r})
     c = h.create_chat()
     print("ready", c, flush=True)
     i = 0
     while True:
-        r = TokenRecord()
-        for j in range(200):
-            r.append(j, "tok%d " % j, "ngram-mod" if j % 2 else None, j % 7)
+        r = [TokenEvent(j, j, "tok%d " % j, "ngram-mod" if j % 2 else None, j % 7) for j in range(200)]
         mid = h.add_message(c, "user", "message %d" % i)
-        h.update_message(mid, content="".join(r.texts), tokens=r, stats={{"i": i}})
+        h.update_message(mid, content="".join(t.text for t in r), tokens=r, stats={{"i": i}})
         i += 1
 """)
 

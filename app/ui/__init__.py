@@ -2,7 +2,7 @@
 
 Data flows one way::
 
-    UI (DraftlightApp) --GenerationRequest--> worker thread (worker.py)
-        --> Engine.generate --> StepEvent/StatsEvent/FinishEvent
-        --> messages (messages.py), coalesced --> UI widgets (widgets.py)
+    UI (DraftlightApp) --send--> ChatSession (app/session.py) --thread--> Engine.generate
+        --> TokenEvents appended to the reply's Turn, TokensAdded/ReplyStats/ReplyDone events
+        --> SessionMessage (post_message) --> session.apply(event) --> widgets (widgets.py)
 """

@@ -1,25 +1,26 @@
-"""The chat app.
+"""The chat app: a thin Textual adapter over :class:`app.session.ChatSession`.
 
 The data path is one way and easy to follow:
 
-1. the prompt posts :class:`PromptInput.Send`; :meth:`DraftlightApp.send` stores
-   the message and builds a :class:`GenerationRequest`;
-2. a thread worker (:func:`worker.run_generation`) runs ``Engine.generate``;
-3. its events come back as messages (:class:`TokensArrived`, coalesced while the
-   UI is busy, :class:`StatsUpdated`, :class:`ReplyFinished`);
-4. the handlers here update the reply's widget, the statistics and the store.
+1. the prompt posts :class:`PromptInput.Send`; :meth:`DraftlightApp.send` hands the
+   text to the session, which stores it and starts the reply in its own thread;
+2. the thread runs ``Engine.generate`` and appends each token (the engine's own
+   :class:`~speculators.events.TokenEvent`) to the reply's turn, posting a
+   :class:`~app.session.TokensAdded` when none is on its way (so tokens coalesce
+   while the UI is busy);
+3. every session event arrives here as a :class:`SessionMessage`: the session
+   applies it first (history, statistics, lookup caches), then
+   :meth:`DraftlightApp.on_session_message` pushes the new state into the widgets.
+
+Widgets and screens never name this class: they are given their data and post
+messages (or dismiss with a result).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import gc
-import itertools
-import os
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -28,27 +29,36 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
-
-from speculators.events import STOP_CANCELLED, GenerationStats
-from speculators.params import SpecParams
 
 import themes as theme_data
 
 from .. import config as config_mod
-from .. import paths, storage
-from ..fileutil import atomic_write_text
+from .. import paths, session as sess
+from ..errors import UserError, describe
 from ..options import ModelOptions
-from ..storage import History, HistoryError, TokenRecord
-from . import worker as worker_mod
+from ..session import ChatSession, Turn
+from ..storage import History
 from .clipboard import copy_to_system
-from .messages import (LoadProgress, ModelLoaded, ModelLoadFailed, ReplyFailed, ReplyFinished, SpecApplied,
-                       StatsUpdated, TokensArrived)
-from .screens import ChatsScreen, HelpScreen, SettingsResult, SettingsScreen, TextPromptScreen
-from .stats import SessionStats
+from .screens import (ChatsResult, ChatsScreen, HelpScreen, SettingsResult, SettingsScreen, TextPromptScreen)
 from .themes import draft_styles, to_textual
 from .widgets import Legend, LoadPanel, MessageView, PromptInput, ProvenanceHover, StatsPanel, TopBar
+
+
+class SessionMessage(Message):
+    """A session event, carried to the UI thread. Live statistics replace older ones in the queue."""
+
+    def __init__(self, event: Any):
+        super().__init__()
+        self.event = event
+
+    def can_replace(self, message: Message) -> bool:
+        ev = self.event
+        other = getattr(message, "event", None)
+        return (isinstance(ev, (sess.ReplyStats, sess.LoadProgress, sess.StaticBuildProgress))
+                and type(other) is type(ev) and getattr(ev, "key", None) == getattr(other, "key", None))
 
 
 @dataclass(frozen=True)
@@ -104,17 +114,6 @@ EXTRA_KEYS: tuple[tuple[str, str, str], ...] = (
 _MAIN_ONLY = {a.action for a in ACTIONS} - {"quit", "help"}
 
 
-@dataclass
-class ReplyJob:
-    key: int
-    view: MessageView
-    msg_id: int | None
-    cancel: threading.Event = field(default_factory=threading.Event)
-    record: TokenRecord = field(default_factory=TokenRecord)
-    last_saved: float = 0.0
-    live: GenerationStats | None = None
-    started: float = field(default_factory=time.perf_counter)
-
 
 class LagProbe:
     """Benchmark hook: the lag between a token's event and the frame that shows it."""
@@ -140,6 +139,7 @@ class DraftlightApp(App[int]):
     #main { height: 1fr; }
     #conversation { height: 1fr; padding: 1 1 0 1; scrollbar-size-vertical: 1; }
     #welcome { color: $text-muted; padding: 1 2; height: auto; }
+    .context-cut { color: $text-muted; text-style: italic; padding: 0 2; margin: 0 0 1 0; height: auto; }
     #prompt-box { height: auto; padding: 0 1; background: $surface; border-top: hkey $panel; }
     #prompt-box:focus-within { border-top: hkey $primary 60%; }
     PromptInput { height: auto; max-height: 8; min-height: 2; background: $surface; }
@@ -150,45 +150,59 @@ class DraftlightApp(App[int]):
     palette_version: int = 0
 
     def __init__(self, config: config_mod.Config | None = None, *,
-                 engine_factory: worker_mod.EngineFactory | None = None,
+                 engine_factory: sess.EngineFactory | None = None,
                  history: History | None = None, user_themes_dir: Path | None = None,
-                 persist_config: bool = True, saved_config: config_mod.Config | None = None):
+                 persist_config: bool = True, saved_config: config_mod.Config | None = None,
+                 lookup_root: str | None = None):
         super().__init__()
-        #: the settings in use (config.toml with the command-line flags on top)
-        self.config = config or config_mod.Config()
-        #: what config.toml holds; the app's changes go here too, the flags do not
-        self.saved_config = saved_config if saved_config is not None else \
-            config_mod.Config.from_toml_dict(self.config.to_toml_dict())
-        self.engine_factory = engine_factory or worker_mod.default_engine_factory
-        self.persist_config = persist_config
-        self.engine: Any = None
-        self.engine_lock = threading.Lock()
-        self.history: History | None = history
-        self._history_error: str | None = None
-        self.chat_id: int | None = None
-        self.chat_title: str = ""
-        self.system_prompt: str = self.config.system_prompt
-        self.job: ReplyJob | None = None
-        self._keys = itertools.count(1)
-        self.session = SessionStats()
-        self.colouring: bool = bool(self.config.ui_get("colouring"))
-        self.off_view: str = self.config.ui_get("off_view")
+        self.session = ChatSession(config, post=self._post_event, engine_factory=engine_factory,
+                                   history=history, open_history=False, saved_config=saved_config,
+                                   persist_config=persist_config, lookup_root=lookup_root)
+        self._history_given = history is not None
+        cfg = self.session.config
+        self.colouring: bool = bool(cfg.ui_get("colouring"))
+        self.off_view: str = cfg.ui_get("off_view")
         self.state = "loading…"
         self.lag_probe: LagProbe | None = None
         self.draft_styles: dict = {}
         self.themes, self.theme_errors = theme_data.load_all(
             user_themes_dir if user_themes_dir is not None else paths.user_themes_dir())
-        self._queued: str | None = None
         self._hover: str | None = None
-        self._loading = False
         self._quitting = False
         self._spec_retry = False
+        self._views_by_key: dict[int, MessageView] = {}
+        self._cut_marker: Static | None = None
 
-    # -- layout ------------------------------------------------------------------
+    # -- the session's voice ---------------------------------------------------------------
+    def _post_event(self, event: Any) -> None:
+        """Called from the session's threads: hand the event to the UI thread."""
+        self.post_message(SessionMessage(event))
+
+    @property
+    def config(self) -> config_mod.Config:
+        return self.session.config
+
+    @property
+    def engine(self) -> Any:
+        return self.session.engine
+
+    @property
+    def job(self) -> Any:
+        return self.session.job
+
+    @property
+    def history(self) -> History | None:
+        return self.session.history
+
+    @property
+    def chat_id(self) -> int | None:
+        return self.session.chat_id
+
     @property
     def view_mode(self) -> str:
         return "coloured" if self.colouring else self.off_view
 
+    # -- layout ------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield TopBar(id="topbar")
         with Horizontal(id="main"):
@@ -198,36 +212,26 @@ class DraftlightApp(App[int]):
             yield StatsPanel(id="stats")
         yield Legend(id="legend")
         with Horizontal(id="prompt-box"):
-            yield PromptInput(sent=self._sent_history(), id="prompt",
-                              placeholder="Message the model — Enter sends, Ctrl+J adds a line")
+            yield PromptInput(id="prompt", placeholder="Message the model — Enter sends, Ctrl+J adds a line")
         yield Footer(compact=True)
 
     def _welcome_text(self) -> Content:
+        spec_on = bool(self.session.configured_types)
         return Content.assemble(
             ("Ask anything.", "bold $foreground"), " Tokens a speculator drafted and the model accepted light "
             "up in that speculator's colour; the model's own tokens stay plain.\n",
-            ("F3", "bold $accent"), " turn speculators on  ", ("F4", "bold $accent"), " statistics  ",
+            ("F3", "bold $accent"), " speculation settings  " if spec_on else " turn speculators on  ",
+            ("F4", "bold $accent"), " statistics  ",
             ("F1", "bold $accent"), " all keys  ", ("Ctrl+P", "bold $accent"), " commands")
 
-    def _sent_history(self) -> list[str]:
-        if self.history is None:
-            return []
-        try:
-            rows = self.history.db.execute(
-                "SELECT content FROM messages WHERE role='user' ORDER BY created DESC, id DESC LIMIT 200"
-            ).fetchall()
-        except Exception:
-            return []
-        return [r[0] for r in reversed(rows)]
-
     def on_mount(self) -> None:
-        if self.history is None:
+        s = self.session
+        if s.history is None and not self._history_given:
             try:
-                self.history = History()
-            except HistoryError as e:
-                self._history_error = str(e)
-        if self.history is not None:
-            self.query_one(PromptInput).sent = self._sent_history()
+                s.history = History()
+            except Exception as e:
+                s.history_error = describe(e)
+        self.query_one(PromptInput).sent = s.sent_messages()
         for t in self.themes.values():
             self.register_theme(to_textual(t))
         wanted = self.config.ui_get("theme")
@@ -240,8 +244,8 @@ class DraftlightApp(App[int]):
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         for err in self.theme_errors:
             self.notify(f"theme skipped: {err}", severity="warning", timeout=10)
-        if self._history_error:
-            self.notify(f"{self._history_error} — chats will not be saved", severity="error", timeout=15)
+        if s.history_error:
+            self.notify(f"{s.history_error} — chats will not be saved", severity="error", timeout=15)
         stats = self.query_one(StatsPanel)
         stats.display = bool(self.config.ui_get("stats_panel"))
         self._refresh_stats()
@@ -253,8 +257,8 @@ class DraftlightApp(App[int]):
         t = self.themes.get(self.theme) or self.themes[theme_data.DEFAULT_THEME]
         self.draft_styles = draft_styles(t)
         self.palette_version += 1
-        for v in self.query(MessageView):
-            v.body.refresh()
+        for v in self._views():
+            v.body.set_palette(self.draft_styles, self.palette_version)
         self._refresh_bars()
         self._refresh_stats()
 
@@ -268,35 +272,13 @@ class DraftlightApp(App[int]):
             self.theme = name
             self.notify(f"Theme: {self.themes[name].label}", timeout=2)
 
-    # -- config ----------------------------------------------------------------------
     def remember_ui(self, **values: Any) -> None:
         """A [ui] choice: used now and saved (without the command line's one-off flags)."""
-        self.config.ui.update(values)
-        self.saved_config.ui.update(values)
-        self.save_config()
-
-    def save_config(self) -> None:
-        """Write config.toml: what the file held plus what was chosen in the app."""
-        if not self.persist_config:
-            return
-        try:
-            config_mod.save(self.saved_config)
-        except OSError as e:
-            self.notify(f"could not save settings: {e}", severity="error")
+        err = self.session.remember_ui(**values)
+        if err:
+            self.notify(err, severity="error")
 
     # -- bars --------------------------------------------------------------------------
-    def _model_label(self) -> str:
-        if self.engine is None:
-            return self.config.model.model and Path(self.config.model.model).stem or "default model"
-        path = str(getattr(self.engine.model, "path", "") or "")
-        return Path(path).stem or "model"
-
-    def _spec_label(self) -> str:
-        if self.engine is None or self.engine.chain is None:
-            return ""
-        names = [s.name for s in self.engine.chain.speculators]
-        return ", ".join(names) if names else "no speculation"
-
     def _refresh_bars(self) -> None:
         if not self.is_mounted:
             return
@@ -305,11 +287,12 @@ class DraftlightApp(App[int]):
             legend = self.query_one(Legend)
         except Exception:
             return
-        top.show(self._model_label(), self._spec_label(), self.state, self.chat_title)
-        types = [s.name for s in self.engine.chain.speculators] if self.engine is not None and \
-            self.engine.chain is not None else []
-        skipped = dict(self.engine.chain.skipped) if self.engine is not None and self.engine.chain else {}
-        legend.show(types, self.draft_styles, self.colouring, self.off_view, self._hover, skipped)
+        s = self.session
+        types = s.active_types
+        spec = (", ".join(types) if types else "no speculation") if s.engine is not None else ""
+        top.show(s.model_label, spec, self.state, s.title, len(types))
+        waiting = s.configured_types if s.engine is None else []
+        legend.show(types, self.draft_styles, self.colouring, self.off_view, self._hover, s.skipped, waiting)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._refresh_bars)
@@ -322,38 +305,47 @@ class DraftlightApp(App[int]):
         panel = self.query_one(StatsPanel)
         if not panel.display:
             return
-        live = self.job.live if self.job is not None else None
-        panel.show_stats(self.session.with_live(live), live is not None, self.draft_styles)
+        s = self.session
+        job = s.job
+        live = job.live if job is not None else None
+        tokens = s.new_tokens(job.turn, 0) if job is not None else []
+        panel.show_stats(s.stats.with_live(live, tokens), live is not None, self.draft_styles,
+                         s.lookup_figures())
 
     # -- loading -------------------------------------------------------------------------
     def start_loading(self, model: ModelOptions) -> None:
-        self._loading = True
-        old = self.engine
-        self.engine = None
+        self.session.load(model)
+        self._show_loading(model)
+
+    def _show_loading(self, model: ModelOptions) -> None:
         self._set_state("loading…")
         panel = self.query_one(LoadPanel)
         panel.display = True
         panel.show_progress("load", 0, 0, model.model or "the embedded default model (Gemma 3 270M)")
         self.query_one("#welcome").display = not self._views()
+        self._refresh_bars()
         self.refresh_bindings()
-        self._load_worker(model, self.config.spec.copy(), old)
 
-    @work(thread=True, exclusive=True, group="load", exit_on_error=False)
-    def _load_worker(self, model: ModelOptions, spec: SpecParams, old: Any) -> None:
-        if old is not None:
-            with self.engine_lock:
-                old.close()
-        worker_mod.load_engine(self.engine_factory, model, spec, self.post_message)
+    @on(LoadPanel.Pick)
+    def _pick_model(self, msg: LoadPanel.Pick) -> None:
+        path = str(Path(msg.path).expanduser()) if msg.path else None
+        self.config.model.model = path
+        self.start_loading(self.config.model)
 
-    def on_load_progress(self, msg: LoadProgress) -> None:
-        self.query_one(LoadPanel).show_progress(msg.phase, msg.done, msg.total)
+    # -- session events ---------------------------------------------------------------------
+    def on_session_message(self, msg: SessionMessage) -> None:
+        ev = msg.event
+        self.session.apply(ev)
+        handler = getattr(self, f"_ui_{type(ev).__name__}", None)
+        if handler is not None:
+            handler(ev)
 
-    def on_model_loaded(self, msg: ModelLoaded) -> None:
-        if self._quitting:
-            msg.engine.close()
+    def _ui_LoadProgress(self, ev: sess.LoadProgress) -> None:
+        self.query_one(LoadPanel).show_progress(ev.phase, ev.done, ev.total)
+
+    def _ui_EngineReady(self, ev: sess.EngineReady) -> None:
+        if self._quitting or self.session.engine is None:
             return
-        self.engine = msg.engine
-        self._loading = False
         # what exists now lives for the whole session: keep it out of the collector's scans,
         # which would otherwise pause streaming now and then
         gc.collect()
@@ -361,91 +353,203 @@ class DraftlightApp(App[int]):
         self.query_one(LoadPanel).display = False
         self._set_state("ready")
         self.refresh_bindings()
-        prompt = self.query_one(PromptInput)
         if not isinstance(self.focused, PromptInput):
-            prompt.focus()
-        for name, why in (self.engine.chain.skipped or {}).items():
+            self.query_one(PromptInput).focus()
+        for w in ev.warnings:
+            self.notify(w, severity="warning", timeout=10)
+        if ev.spec_error:
+            self.notify(f"Speculation not changed: {ev.spec_error}", severity="error", timeout=8)
+        for name, why in self.session.skipped.items():
             self.notify(f"{name} is off: {why}", severity="warning", timeout=8)
-        if getattr(self.engine, "spec", None) is not None and \
-                self.engine.spec.to_dict() != self.config.spec.to_dict() and not self._spec_retry:
+        engine = self.session.engine
+        if getattr(engine, "spec", None) is not None and \
+                engine.spec.to_dict() != self.config.spec.to_dict() and not self._spec_retry and not ev.spec_error:
             # settings applied while the model was loading
             self._spec_retry = True
-            self._apply_spec_worker(self.engine, self.config.spec.copy())
+            self.session.rebuild_chain()
         else:
             self._spec_retry = False
-        if self._queued is not None:
-            text, self._queued = self._queued, None
-            self.send(text)
+        self.query_one("#welcome", Static).update(self._welcome_text())
+        self._refresh_stats()
+        queued, self.session.queued = self.session.queued, None
+        if queued is not None:
+            self.send(queued, from_prompt=False)
 
-    def on_model_load_failed(self, msg: ModelLoadFailed) -> None:
-        self._loading = False
+    def _ui_EngineFailed(self, ev: sess.EngineFailed) -> None:
         self._set_state("no model")
         panel = self.query_one(LoadPanel)
         panel.display = True
-        panel.show_error(msg.error, msg.path)
+        panel.show_error(ev.error, ev.path)
         self.query_one("#welcome").display = False
         conv = self.query_one("#conversation", VerticalScroll)
         conv.anchor(False)
         self.call_after_refresh(lambda: conv.scroll_to_widget(panel, animate=False, top=True))
         self.refresh_bindings()
 
-    @on(LoadPanel.Pick)
-    def _pick_model(self, msg: LoadPanel.Pick) -> None:
-        path = os.path.expanduser(msg.path) if msg.path else None
-        self.config.model.model = path
-        self.start_loading(self.config.model)
+    def _ui_SpecApplied(self, ev: sess.SpecApplied) -> None:
+        if ev.error:
+            self.notify(f"Speculation not changed: {ev.error}", severity="error", timeout=8)
+        else:
+            types = self.session.active_types
+            self.notify(f"Speculation: {', '.join(types) if types else 'off'}", timeout=3)
+            for name, why in ev.skipped.items():
+                self.notify(f"{name} is off: {why}", severity="warning", timeout=8)
+        for w in ev.warnings:
+            self.notify(w, severity="warning", timeout=10)
+        if self.session.job is None:
+            self.state = "ready"
+        self.query_one("#welcome", Static).update(self._welcome_text())
+        self._refresh_bars()
+        self._refresh_stats()
+
+    def _ui_TokensAdded(self, ev: sess.TokensAdded) -> None:
+        view = self._views_by_key.get(ev.key)
+        job = self.session.job
+        if view is None or job is None or job.turn.key != ev.key or not view.is_attached:
+            return
+        n0 = view.body.n_tokens
+        tokens = self.session.new_tokens(job.turn, n0)
+        if not tokens:
+            return
+        times = job.turn.arrived[n0:n0 + len(tokens)] if self.lag_probe is not None else None
+        view.add_tokens(tokens, times)
+        conv = view.parent
+        if conv is not None and not getattr(conv, "is_anchored", True):
+            self.call_after_refresh(self._stick_to_bottom)
+
+    def _ui_ReplyStats(self, ev: sess.ReplyStats) -> None:
+        view = self._views_by_key.get(ev.key)
+        if view is None or self.session.job is None:
+            return
+        view.live_stats(ev.stats)
+        tps = ev.stats.tokens_per_s
+        self._set_state(f"writing… {tps:.0f} tok/s" if tps else "writing…")
+        self._refresh_stats()
+
+    def _ui_ContextTrimmed(self, ev: sess.ContextTrimmed) -> None:
+        self._place_cut_marker(ev.n_dropped)
+        self.notify(f"The conversation outgrew the context ({ev.n_ctx} tokens): the model no longer sees "
+                    f"the {ev.n_dropped} oldest message{'s' if ev.n_dropped != 1 else ''}.", timeout=6)
+
+    def _place_cut_marker(self, n_dropped: int | None = None) -> None:
+        """A line before the first message the model still sees (the history keeps them all)."""
+        s = self.session
+        if self._cut_marker is not None:
+            self._cut_marker.remove()
+            self._cut_marker = None
+        if s.context_start <= 0 or s.context_start >= len(s.turns):
+            return
+        first = self._views_by_key.get(s.turns[s.context_start].key)
+        if first is None:
+            return
+        hidden = n_dropped if n_dropped is not None else sum(1 for t in s.turns[:s.context_start] if t.sent_to_model)
+        marker = Static(f"⋯ the model no longer sees the {hidden} message{'s' if hidden != 1 else ''} above "
+                        f"(the context is full; they stay saved here) ⋯", classes="context-cut")
+        self._cut_marker = marker
+        self.query_one("#conversation", VerticalScroll).mount(marker, before=first)
+
+    def _ui_ReplyDone(self, ev: sess.ReplyDone) -> None:
+        turn = self._turn(ev.key)
+        view = self._views_by_key.get(ev.key)
+        if turn is not None and view is not None and view.is_attached:
+            # tokens that arrived after the last TokensAdded, then the final form
+            rest = turn.tokens[view.body.n_tokens:]
+            if rest:
+                view.add_tokens(rest)
+            view.finish_streaming(turn.stats, turn.finish, turn.text)
+        self._set_state("stopped" if ev.result.finish_reason == "cancelled" else "ready")
+        self._refresh_stats()
+        self.refresh_bindings()
+
+    def _ui_ReplyFailed(self, ev: sess.ReplyFailed) -> None:
+        view = self._views_by_key.get(ev.key)
+        if view is not None and view.is_attached:
+            view.fail(ev.error)
+        self._set_state("error")
+        self.notify(ev.error, severity="error", timeout=8)
+        self.refresh_bindings()
+
+    def _ui_LookupSaved(self, ev: sess.LookupSaved) -> None:
+        if ev.info.get("error"):
+            self.notify(f"lookup cache not saved: {ev.info['error']}", severity="warning", timeout=8)
+        for w in ev.info.get("warnings") or []:
+            self.notify(w, severity="warning", timeout=8)
+        self._refresh_stats()
+
+    def _ui_StaticBuildProgress(self, ev: sess.StaticBuildProgress) -> None:
+        if isinstance(self.screen, SettingsScreen):
+            self.screen.show_build_progress(ev.done, ev.total, ev.name)
+
+    def _ui_StaticBuilt(self, ev: sess.StaticBuilt) -> None:
+        if isinstance(self.screen, SettingsScreen):
+            self.screen.show_build_done(ev.info, ev.error, self.session.lookup_figures())
+        if ev.error:
+            self.notify(f"static cache not built: {ev.error}", severity="warning", timeout=8)
+        else:
+            info = ev.info or {}
+            self.notify(f"Static cache built: {info.get('n_entries', 0):,} entries from "
+                        f"{info.get('n_tokens', 0):,} tokens.", timeout=5)
+        self._refresh_stats()
 
     # -- sending ---------------------------------------------------------------------------
     @on(PromptInput.Send)
     def _on_send(self, msg: PromptInput.Send) -> None:
         self.send(msg.text)
 
-    def send(self, text: str) -> bool:
-        """Send ``text`` as the user's message and start the reply; False if it cannot be sent now."""
-        text = text.strip("\n")
+    def send(self, text: str, from_prompt: bool = True) -> bool:
+        """Send ``text`` as the person's message and start the reply; False if it cannot be sent now."""
         if not text.strip():
             return False
         prompt = self.query_one(PromptInput)
-        if self.job is not None:
-            self.notify("A reply is still being written — Esc stops it.", timeout=3)
+        s = self.session
+        n_before = len(s.turns)
+        try:
+            reply = s.send(text)
+        except UserError as e:
+            self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", severity="warning", timeout=4)
             return False
-        if self.engine is None:
-            if self._loading:
-                self._queued = text
-                prompt.remember(text)
-                prompt.text = ""
-                self.notify("The model is still loading; your message will be sent when it is ready.",
-                            timeout=4)
-            else:
-                self.notify("No model is loaded — pick one above.", severity="warning")
+        prompt.remember(text.strip("\n"))
+        if from_prompt:
+            prompt.text = ""
+        if reply is None:
+            self.notify("The model is still loading; your message will be sent when it is ready.", timeout=4)
             return False
-        prompt.remember(text)
-        prompt.text = ""
-        self._ensure_chat(text)
-        view = MessageView("user", text)
-        self._mount_view(view)
-        if self.history is not None and self.chat_id is not None:
-            view.msg_id = self.history.add_message(self.chat_id, "user", text)
-            if not self.chat_title:
-                self.chat_title = storage.title_from(text)
-        self.start_reply()
+        for turn in s.turns[n_before:]:
+            self._mount_turn(turn)
+        self._reply_started()
         return True
 
-    def _ensure_chat(self, first_text: str) -> None:
-        if self.chat_id is not None or self.history is None:
-            return
-        self.chat_id = self.history.create_chat(system_prompt=self.system_prompt, model=self._model_label())
+    def _reply_started(self) -> None:
+        view = self._views_by_key.get(self.session.job.turn.key) if self.session.job else None
+        if view is not None:
+            view.start_streaming()
+        self._set_state("writing…")
+        self.refresh_bindings()
 
-    def _mount_view(self, view: MessageView) -> None:
+    def _make_view(self, turn: Turn) -> MessageView:
+        label = self.session.model_label if turn.role == "assistant" else None
+        v = MessageView(turn.role, turn.text if not turn.tokens else "", tokens=turn.tokens or None,
+                        stats=turn.stats, status=turn.status, finish=turn.finish, key=turn.key, label=label,
+                        view_mode=self.view_mode, styles=self.draft_styles, palette_version=self.palette_version,
+                        probe=self.lag_probe, error=turn.error if turn.role == "assistant" else None)
+        self._views_by_key[turn.key] = v
+        return v
+
+    def _mount_turn(self, turn: Turn) -> MessageView:
+        view = self._make_view(turn)
         conv = self.query_one("#conversation", VerticalScroll)
         welcome = self.query("#welcome")
         if welcome:
             welcome.first().display = False
         conv.mount(view)
         self.call_after_refresh(self._stick_to_bottom)
+        return view
+
+    def _turn(self, key: int) -> Turn | None:
+        return next((t for t in self.session.turns if t.key == key), None)
 
     def _stick_to_bottom(self) -> None:
-        """Follow new text once the conversation overflows (until the user scrolls up)."""
+        """Follow new text once the conversation overflows (until the person scrolls up)."""
         conv = self.query_one("#conversation", VerticalScroll)
         if conv.max_scroll_y > 0 and not conv.is_anchored:
             conv.anchor()
@@ -453,183 +557,74 @@ class DraftlightApp(App[int]):
     def _views(self) -> list[MessageView]:
         return list(self.query_one("#conversation").query(MessageView))
 
-    def conversation(self, exclude: MessageView | None = None) -> list[dict]:
-        """The messages to send to the model."""
-        msgs: list[dict] = []
-        if self.system_prompt.strip():
-            msgs.append({"role": "system", "content": self.system_prompt})
-        for v in self._views():
-            if v is exclude or v.error or v.role not in ("user", "assistant"):
-                continue
-            if v.role == "assistant" and not v.text.strip():
-                continue
-            msgs.append({"role": v.role, "content": v.text})
-        return msgs
-
-    def start_reply(self) -> None:
-        view = MessageView("assistant", label=self._model_label())
-        self._mount_view(view)
-        view.start_streaming()
-        msg_id = None
-        if self.history is not None and self.chat_id is not None:
-            msg_id = self.history.add_message(self.chat_id, "assistant", "", status=storage.STREAMING)
-            view.msg_id = msg_id
-        job = ReplyJob(next(self._keys), view, msg_id, last_saved=time.perf_counter())
-        self.job = job
-        req = worker_mod.GenerationRequest(job.key, self.conversation(exclude=view), self.config.max_tokens,
-                                           dataclasses.replace(self.config.sampling))
-        self._set_state("writing…")
-        self.refresh_bindings()
-        engine = self.engine
-
-        def start() -> None:
-            # once the new views are on screen, so the first tokens do not wait for their layout
-            if job.cancel.is_set() or self.job is not job:
-                return
-            self.run_worker(functools.partial(worker_mod.run_generation, engine, req, self.post_message,
-                                              job.cancel, self.engine_lock),
-                            thread=True, group="generate", name=f"reply-{job.key}", exit_on_error=False)
-        self.call_after_refresh(start)
-
-    # -- streaming ------------------------------------------------------------------------------
-    def on_tokens_arrived(self, msg: TokensArrived) -> None:
-        tokens, times = msg.batch.take()
-        job = self.job
-        if job is None or msg.reply_key != job.key or not tokens:
-            return
-        for t in tokens:
-            job.record.append(t.id, t.text, t.drafted_by, t.draft_pos)
-        view = job.view
-        if view.is_attached:
-            view.add_tokens(((t.text, t.drafted_by, t.draft_pos) for t in tokens),
-                            times if self.lag_probe is not None else None)
-            conv = view.parent
-            if conv is not None and not conv.is_anchored:
-                self.call_after_refresh(self._stick_to_bottom)
-        now = time.perf_counter()
-        if self.history is not None and job.msg_id is not None and now - job.last_saved >= 0.5:
-            # the reply so far, so that a crash or a kill loses at most half a second of it
-            job.last_saved = now
-            self.history.update_message(job.msg_id, content="".join(job.record.texts), tokens=job.record)
-
-    def on_stats_updated(self, msg: StatsUpdated) -> None:
-        job = self.job
-        if job is None or msg.reply_key != job.key:
-            return
-        job.live = msg.stats
-        job.view.live_stats(msg.stats)
-        tps = msg.stats.tokens_per_s
-        self._set_state(f"writing… {tps:.0f} tok/s" if tps else "writing…")
-        self._refresh_stats()
-
-    def on_reply_finished(self, msg: ReplyFinished) -> None:
-        job = self.job
-        if job is None or msg.reply_key != job.key:
-            return
-        r = msg.result
-        stats = r.stats.to_dict()
-        shown = "".join(job.record.texts)
-        # a finished reply ends at its last visible character: transcript models end
-        # their turn with a newline before the next "User:" line
-        text = r.text.rstrip() if r.finish_reason != STOP_CANCELLED else r.text
-        if text != shown and shown.startswith(text):
-            # the engine trimmed a stop string whose start it had already streamed
-            job.record = job.record.truncated(len(text))
-            if job.view.is_attached:
-                job.view.body.truncate(len(text))
-        if job.view.is_attached:
-            job.view.finish_streaming(stats, r.finish_reason, text)
-        self.session.add(r.stats)
-        job.live = None
-        if self.history is not None and job.msg_id is not None:
-            self.history.update_message(job.msg_id, content=text, tokens=job.record, stats=stats,
-                                        status=storage.CANCELLED if r.finish_reason == STOP_CANCELLED
-                                        else storage.DONE, finish_reason=r.finish_reason)
-        self.job = None
-        self._set_state("stopped" if r.finish_reason == STOP_CANCELLED else "ready")
-        self._refresh_stats()
-        self.refresh_bindings()
-
-    def on_reply_failed(self, msg: ReplyFailed) -> None:
-        job = self.job
-        if job is None or msg.reply_key != job.key:
-            return
-        if job.view.is_attached:
-            job.view.fail(msg.error)
-        if self.history is not None and job.msg_id is not None:
-            if len(job.record):
-                self.history.update_message(job.msg_id, content="".join(job.record.texts), tokens=job.record,
-                                            status=storage.ERROR, finish_reason="error")
-            else:
-                self.history.delete_messages([job.msg_id])
-        self.job = None
-        self._set_state("error")
-        self.notify(msg.error, severity="error", timeout=8)
-        self.refresh_bindings()
-
-    @on(ProvenanceHover)
-    def _hover_info(self, msg: ProvenanceHover) -> None:
-        if msg.info != self._hover:
-            self._hover = msg.info
-            self._refresh_bars()
-
     # -- actions ---------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in _MAIN_ONLY and len(self.screen_stack) > 1:
             return False
         if action == "stop":
-            return self.job is not None
-        if action in ("regenerate", "edit_last") and (self.engine is None or self.job is not None):
+            return self.session.job is not None
+        if action in ("regenerate", "edit_last") and (self.session.engine is None or self.session.job is not None):
             return None if action == "regenerate" else False
         return True
 
+    def action_focus_next(self) -> None:
+        # Tab from the prompt goes to the latest message (not the first, far up the chat)
+        views = self._views()
+        if isinstance(self.focused, PromptInput) and views:
+            views[-1].focus()
+            return
+        super().action_focus_next()
+
     def action_stop(self) -> None:
-        job = self.job
+        job = self.session.job
         if job is None:
             return
-        job.cancel.set()
-        job.view.foot.update("stopping…")
+        self.session.stop()
+        view = self._views_by_key.get(job.turn.key)
+        if view is not None:
+            view.foot.update("stopping…")
         self._set_state("stopping…")
 
     def action_regenerate(self) -> None:
-        if self.job is not None or self.engine is None:
+        s = self.session
+        last = s.turns[-1] if s.turns else None
+        try:
+            reply = s.regenerate()
+        except UserError as e:
+            self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", timeout=3)
             return
-        views = self._views()
-        if not views:
-            self.notify("Nothing to regenerate yet.", timeout=3)
-            return
-        last = views[-1]
-        if last.role == "assistant":
-            if self.history is not None and last.msg_id is not None:
-                self.history.delete_messages([last.msg_id])
-            last.remove()
-            views.pop()
-        if not views or views[-1].role != "user":
-            self.notify("Nothing to regenerate yet.", timeout=3)
-            return
-        self.call_after_refresh(self.start_reply)
+        if last is not None and last is not reply and last.role == "assistant":
+            self._remove_view(last.key)
+        user = s.turns[-2] if len(s.turns) >= 2 else None
+        if user is not None and user.key in self._views_by_key:
+            self._views_by_key[user.key].remove_class("-error")
+        self._mount_turn(reply)
+        self._reply_started()
+
+    def _remove_view(self, key: int) -> None:
+        v = self._views_by_key.pop(key, None)
+        if v is not None:
+            v.remove()
 
     def action_edit_last(self) -> None:
-        if self.job is not None:
-            self.notify("Stop the reply first (Esc).", timeout=3)
+        try:
+            text, gone = self.session.edit_last()
+        except UserError as e:
+            self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", timeout=3)
             return
-        views = self._views()
-        idx = max((i for i, v in enumerate(views) if v.role == "user"), default=None)
-        if idx is None:
-            self.notify("No message of yours to edit.", timeout=3)
-            return
-        text = views[idx].text
-        gone = views[idx:]
-        if self.history is not None:
-            self.history.delete_messages([v.msg_id for v in gone if v.msg_id is not None])
-        for v in gone:
-            v.remove()
+        for t in gone:
+            self._remove_view(t.key)
         prompt = self.query_one(PromptInput)
         prompt.text = text
         prompt.move_cursor(prompt.document.end)
         prompt.focus()
-        if len(views) == len(gone):
+        if not self.session.turns:
             self.query_one("#welcome").display = True
+        self._place_cut_marker()
+
+    @on(MessageView.CopyRequested)
+    def _copy_message(self, msg: MessageView.CopyRequested) -> None:
+        self.copy_text(msg.text, "message")
 
     def copy_text(self, text: str, what: str = "text") -> None:
         if not text:
@@ -658,103 +653,72 @@ class DraftlightApp(App[int]):
         def done(value: str | None) -> None:
             if value is None:
                 return
-            self.system_prompt = value.strip()
-            if self.history is not None and self.chat_id is not None:
-                self.history.set_system_prompt(self.chat_id, self.system_prompt)
-            self.config.system_prompt = self.system_prompt
-            self.saved_config.system_prompt = self.system_prompt
-            self.save_config()
+            self.session.set_system_prompt(value)
             self.notify("System prompt saved (also the default for new chats).", timeout=3)
         self.push_screen(TextPromptScreen(
-            "System prompt", self.system_prompt, multiline=True,
+            "System prompt", self.session.system_prompt, multiline=True,
             hint="Sent before the conversation. Applies from the next reply. Ctrl+S saves."), done)
 
     def action_new_chat(self) -> None:
-        if self.job is not None:
-            self.action_stop()
-        self._clear_conversation()
-        self.chat_id = None
-        self.chat_title = ""
-        self.system_prompt = self.config.system_prompt
-        self._refresh_bars()
+        self.session.new_chat()
+        self._show_conversation()
+        self._set_state("ready" if self.session.engine is not None else self.state)
         self.query_one(PromptInput).focus()
 
-    def _clear_conversation(self) -> None:
+    def _show_conversation(self) -> None:
+        """Replace the views with the session's turns, scrolled to the latest."""
         for v in self._views():
             v.remove()
-        self.query_one("#welcome").display = True
+        if self._cut_marker is not None:
+            self._cut_marker.remove()
+            self._cut_marker = None
+        self._views_by_key.clear()
+        self._hover = None
+        turns = self.session.turns
         conv = self.query_one("#conversation", VerticalScroll)
-        conv.anchor(False)
-        conv.scroll_home(animate=False)
+        self.query_one("#welcome").display = not turns
+        if turns:
+            conv.mount_all([self._make_view(t) for t in turns])
+        self.call_after_refresh(self._after_show)
+        self._refresh_bars()
+        self.refresh_bindings()
+
+    def _after_show(self) -> None:
+        conv = self.query_one("#conversation", VerticalScroll)
+        conv.scroll_end(animate=False, immediate=True)
+        self._stick_to_bottom()
 
     def resume_chat(self, chat_id: int) -> None:
-        if self.history is None:
-            return
-        if self.job is not None:
-            self.action_stop()  # its end is still saved to its own chat
         try:
-            chat = self.history.load_chat(chat_id)
-        except KeyError:
-            self.notify("That chat no longer exists.", severity="warning")
+            self.session.resume(chat_id)
+        except UserError as e:
+            self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", severity="warning")
             return
-        self._clear_conversation()
-        self.chat_id = chat.id
-        self.chat_title = chat.title
-        self.system_prompt = chat.system_prompt
-        views = []
-        for m in chat.messages:
-            if m.role == "assistant":
-                v = MessageView("assistant", m.content if not len(m.tokens) else "",
-                                tokens=m.tokens if len(m.tokens) else None, stats=m.stats, status=m.status,
-                                finish=m.finish_reason, msg_id=m.id, label=chat.model or None)
-            else:
-                v = MessageView(m.role, m.content, msg_id=m.id)
-            views.append(v)
-        conv = self.query_one("#conversation", VerticalScroll)
-        if views:
-            self.query_one("#welcome").display = False
-            conv.mount_all(views)
-        self.call_after_refresh(self._stick_to_bottom)
-        self._refresh_bars()
+        self._show_conversation()
         self.query_one(PromptInput).focus()
 
-    def rename_chat(self, chat_id: int, title: str) -> None:
-        if self.history is None:
-            return
-        self.history.rename_chat(chat_id, title)
-        if chat_id == self.chat_id:
-            self.chat_title = title
-            self._refresh_bars()
-
-    def delete_chat(self, chat_id: int) -> None:
-        if self.history is None:
-            return
-        self.history.delete_chat(chat_id)
-        if chat_id == self.chat_id:
-            self.action_new_chat()
-        self.notify("Chat deleted.", timeout=2)
-
     def export_chat(self, chat_id: int | None = None) -> None:
-        chat_id = chat_id if chat_id is not None else self.chat_id
-        if self.history is None or chat_id is None:
+        s = self.session
+        cid = chat_id if chat_id is not None else s.chat_id
+        if s.history is None or cid is None:
             self.notify("Nothing to export yet — send a message first.", timeout=3)
             return
-        chat = self.history.load_chat(chat_id)
         try:
             import platformdirs
             folder = Path(platformdirs.user_documents_dir())
         except Exception:
             folder = Path.home()
-        default = str(folder / f"{storage.slugify(chat.title)}.md")
+        title = next((c.title for c in s.list_chats() if c.id == cid), "chat")
+        from ..storage import slugify
+        default = str(folder / f"{slugify(title)}.md")
 
         def done(value: str | None) -> None:
             if not value:
                 return
-            path = Path(os.path.expanduser(value.strip()))
             try:
-                atomic_write_text(path, storage.chat_to_markdown(self.history.load_chat(chat_id)))
-            except OSError as e:
-                self.notify(f"could not export: {e}", severity="error")
+                path = s.export(value.strip(), cid)
+            except (UserError, OSError) as e:
+                self.notify(f"could not export: {describe(e)}", severity="error")
                 return
             self.notify(f"Exported to {path}", timeout=5)
         self.push_screen(TextPromptScreen("Export chat to Markdown", default, hint="File to write:",
@@ -764,10 +728,39 @@ class DraftlightApp(App[int]):
         self.export_chat()
 
     def action_chats(self) -> None:
-        if self.history is None:
-            self.notify(self._history_error or "Chat history is not available.", severity="warning")
+        s = self.session
+        if s.history is None:
+            self.notify(s.history_error or "Chat history is not available.", severity="warning")
             return
-        self.push_screen(ChatsScreen())
+
+        def done(result: ChatsResult | None) -> None:
+            if result is None:
+                return
+            if result.action == "resume" and result.chat_id is not None:
+                self.resume_chat(result.chat_id)
+            elif result.action == "new":
+                self.action_new_chat()
+            elif result.action == "export":
+                self.export_chat(result.chat_id)
+        self.push_screen(ChatsScreen(s.list_chats(), s.chat_id), done)
+
+    @on(ChatsScreen.Rename)
+    def _rename_chat(self, msg: ChatsScreen.Rename) -> None:
+        self.session.rename(msg.chat_id, msg.title)
+        self._refresh_chats_screen(msg.chat_id)
+        self._refresh_bars()
+
+    @on(ChatsScreen.Delete)
+    def _delete_chat(self, msg: ChatsScreen.Delete) -> None:
+        if self.session.delete(msg.chat_id):
+            self._show_conversation()
+        self._refresh_chats_screen()
+        self.notify("Chat deleted.", timeout=2)
+
+    def _refresh_chats_screen(self, select: int | None = None) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, ChatsScreen):
+                screen.set_chats(self.session.list_chats(), self.session.chat_id, select)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -803,78 +796,60 @@ class DraftlightApp(App[int]):
         self.remember_ui(off_view=self.off_view, colouring=False)
         self.notify(f"Uncoloured view: {self.off_view}", timeout=2)
 
+    @on(ProvenanceHover)
+    def _hover_info(self, msg: ProvenanceHover) -> None:
+        if msg.info != self._hover:
+            self._hover = msg.info
+            self._refresh_bars()
+
+    def on_descendant_blur(self, event) -> None:
+        # the drafted-run line belongs to the focused message only
+        if isinstance(event.widget, MessageView) and self._hover is not None:
+            self._hover = None
+            self._refresh_bars()
+
     def action_settings(self) -> None:
-        if self.engine is None and self._loading:
+        s = self.session
+        if s.engine is None and s.loading:
             self.notify("The model is still loading.", timeout=3)
         self.push_screen(SettingsScreen(self.config.spec, self.config.sampling, self.config.model,
-                                        self.config.max_tokens, self.engine), self._settings_done)
+                                        self.config.max_tokens, s.engine, overflow=self.config.overflow,
+                                        lookup=s.lookup_figures()), self._settings_done)
 
     def _settings_done(self, result: SettingsResult | None) -> None:
         if result is None:
             return
-        old_model = self.config.model
-        spec_changed = result.spec.to_dict() != self.config.spec.to_dict()
-        model_changed = result.model_changed(old_model)
-        for cfg in (self.config, self.saved_config):
-            cfg.spec = result.spec.copy()
-            cfg.sampling = dataclasses.replace(result.sampling)
-            cfg.model = ModelOptions(**result.model.__dict__)
-            cfg.max_tokens = result.max_tokens
-        self.save_config()
-        if model_changed:
-            if self.job is not None:
-                self.action_stop()
+        outcome = self.session.apply_settings(result.spec, result.sampling, result.model, result.max_tokens,
+                                              result.overflow)
+        if outcome == "reload":
             self.notify("Reloading the model with the new settings…", timeout=3)
-            self.start_loading(result.model)
-        elif spec_changed and self.engine is not None:
-            if self.job is not None:
-                self.action_stop()
+            self._show_loading(result.model)
+        elif outcome == "rebuild":
             self._set_state("rebuilding speculators…")
-            self._apply_spec_worker(self.engine, result.spec)
         else:
             self.notify("Settings saved.", timeout=2)
+        self.query_one("#welcome", Static).update(self._welcome_text())
 
-    @work(thread=True, group="apply", exit_on_error=False)
-    def _apply_spec_worker(self, engine: Any, spec: SpecParams) -> None:
-        worker_mod.apply_spec(engine, spec, self.engine_lock, self.post_message)
+    @on(SettingsScreen.BuildStatic)
+    def _build_static(self, msg: SettingsScreen.BuildStatic) -> None:
+        try:
+            self.session.build_static_cache(msg.files)
+        except UserError as e:
+            if isinstance(self.screen, SettingsScreen):
+                self.screen.show_build_done(None, describe(e), self.session.lookup_figures())
+            return
 
-    def on_spec_applied(self, msg: SpecApplied) -> None:
-        if msg.error:
-            self.notify(f"Speculation not changed: {msg.error}", severity="error", timeout=8)
-        else:
-            on = self._spec_label()
-            self.notify(f"Speculation: {on}", timeout=3)
-            for name, why in msg.skipped.items():
-                self.notify(f"{name} is off: {why}", severity="warning", timeout=8)
-        if self.job is None:
-            self.state = "ready"
-        self._refresh_bars()
+    @on(SettingsScreen.CancelBuild)
+    def _cancel_build(self, _msg: SettingsScreen.CancelBuild) -> None:
+        self.session.cancel_build()
 
     async def action_quit(self) -> None:
         self._quitting = True
-        job = self.job
-        if job is not None:
-            job.cancel.set()
-            if self.history is not None and job.msg_id is not None:
-                self.history.update_message(job.msg_id, content="".join(job.record.texts), tokens=job.record,
-                                            status=storage.CANCELLED, finish_reason=STOP_CANCELLED)
-            self.job = None
+        self.session.stop()
         self.exit(0)
 
     def on_unmount(self) -> None:
-        if self.job is not None:
-            self.job.cancel.set()
-        engine = self.engine
-        self.engine = None
-        if engine is not None:
-            # wait (briefly) for a reply thread to notice the cancel before freeing the model
-            if self.engine_lock.acquire(timeout=5):
-                try:
-                    engine.close()
-                finally:
-                    self.engine_lock.release()
-        if self.history is not None:
-            self.history.close()
+        self.session.close()
 
     # -- command palette -------------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -882,7 +857,7 @@ class DraftlightApp(App[int]):
         for a in ACTIONS:
             if a.action == "quit" or (a.action in _MAIN_ONLY and not main):
                 continue
-            if a.action == "stop" and self.job is None:
+            if a.action == "stop" and self.session.job is None:
                 continue
             yield SystemCommand(a.label if a.label != "Stop" else "Stop the reply",
                                 f"{a.help}  [{a.key_display}]",

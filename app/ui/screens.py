@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -16,7 +16,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Input, Label, OptionList, Static, Switch, TextArea
+from textual.message import Message
+from textual.widgets import Button, Footer, Input, Label, OptionList, ProgressBar, Static, Switch, TextArea
 from textual.widgets.option_list import Option
 
 from speculators.params import ParamError, SpecParams
@@ -24,9 +25,7 @@ from speculators.sampling import SamplingParams
 from speculators.types import HIDDEN_STATE_TYPES, PRIORITY, SpecType
 
 from ..options import ModelOptions
-
-if TYPE_CHECKING:
-    from .app import DraftlightApp
+from ..storage import ChatSummary
 
 
 # ---------------------------------------------------------------------------
@@ -126,7 +125,52 @@ class TextPromptScreen(ModalScreen[str | None]):
         self.dismiss(self._value() if event.button.id == "ok" else None)
 
     def action_cancel(self) -> None:
+        if self._building:
+            self.post_message(self.CancelBuild())
         self.dismiss(None)
+
+    # -- lookup caches -----------------------------------------------------------------
+    def _lookup_text(self) -> str:
+        lk = self.lookup
+        if not lk:
+            return ("Not in use: turn ngram-cache (or Automatic) on. Its caches live per vocabulary in the "
+                    "data folder: the dynamic one learns from every reply, the static one from what you give it.")
+        lines = [f"folder {lk.get('folder', '')}"]
+        for kind in ("static", "dynamic"):
+            c = (lk.get("caches") or {}).get(kind) or {}
+            state = f"{c.get('n_entries', 0):,} entries, {c.get('file_bytes', 0):,} bytes" if c.get("exists") \
+                else "no file yet"
+            lines.append(f"{kind}: {c.get('path', '')} — {state}")
+        lines.append("The dynamic cache learns from each reply and is saved after it and on exit.")
+        return "\n".join(lines)
+
+    def show_build_progress(self, done: int, total: int, name: str) -> None:
+        bar = self.query_one("#lc-progress", ProgressBar)
+        bar.display = True
+        bar.update(total=total or None, progress=done)
+        self.query_one("#s-status", Static).update(f"learning from {name}…")
+
+    def show_build_done(self, info: dict | None, error: str | None, lookup: dict | None) -> None:
+        self._building = False
+        self.query_one("#lc-progress", ProgressBar).display = False
+        for bid, disabled in (("#lc-chats", False), ("#lc-files", False), ("#lc-cancel", True)):
+            self.query_one(bid, Button).disabled = disabled
+        self.lookup = lookup or self.lookup
+        self.query_one("#lookup-info", Static).update(self._lookup_text())
+        status = self.query_one("#s-status", Static)
+        if error:
+            status.update(f"static cache: {error}")
+            status.add_class("-error")
+        else:
+            status.update(f"static cache built: {(info or {}).get('n_entries', 0):,} entries")
+            status.remove_class("-error")
+
+    def _start_build(self, files: list[str] | None) -> None:
+        self._building = True
+        for bid, disabled in (("#lc-chats", True), ("#lc-files", True), ("#lc-cancel", False)):
+            self.query_one(bid, Button).disabled = disabled
+        self.show_build_progress(0, 0, "saved chats" if files is None else "files")
+        self.post_message(self.BuildStatic(files))
 
     def action_save(self) -> None:
         self.dismiss(self._value())
@@ -146,6 +190,11 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen > VerticalScroll { width: 78; max-width: 96%; height: 90%; padding: 1 2;
         border: round $primary; background: $surface; }
     HelpScreen .title { text-style: bold; color: $primary; }
+    HelpScreen .group { text-style: bold; color: $secondary; margin-top: 1; }
+    HelpScreen .row { height: auto; }
+    HelpScreen .key { width: 23; padding-left: 2; text-style: bold; color: $accent; }
+    HelpScreen .desc { width: 1fr; }
+    HelpScreen .foot { color: $text-muted; margin-top: 1; }
     """
 
     def __init__(self, rows: Sequence[tuple[str, str, str]]):
@@ -153,19 +202,18 @@ class HelpScreen(ModalScreen[None]):
         self.rows = rows
 
     def compose(self) -> ComposeResult:
+        # a key column and a description column: a long description wraps inside its own column
         with VerticalScroll():
             yield Static("Keys", classes="title")
-            lines: list[Content] = []
             group = None
             for g, key, desc in self.rows:
                 if g != group:
                     group = g
-                    lines.append(Content(""))
-                    lines.append(Content.styled(g, "bold $secondary"))
-                lines.append(Content.assemble((f"  {key:<21}", "bold $accent"), desc))
-            lines += [Content(""), Content.styled(
-                "Every action is also in the command palette (Ctrl+P). Esc closes this.", "$foreground-muted")]
-            yield Static(Content("\n").join(lines))
+                    yield Static(g, classes="group")
+                with Horizontal(classes="row"):
+                    yield Static(key, classes="key")
+                    yield Static(desc, classes="desc")
+            yield Static("Every action is also in the command palette (Ctrl+P). Esc closes this.", classes="foot")
 
     def action_close(self) -> None:
         self.dismiss(None)
@@ -186,12 +234,25 @@ def _ago(t: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(t))
 
 
-class ChatsScreen(ModalScreen[None]):
-    """Saved chats, newest first: resume, new, rename, delete, export."""
+@dataclass
+class ChatsResult:
+    """What the person chose in the chats list: ``resume``, ``new`` or ``export`` (with the chat)."""
+
+    action: str
+    chat_id: int | None = None
+
+
+class ChatsScreen(ModalScreen[ChatsResult | None]):
+    """Saved chats, newest first: resume, new, rename, delete, export.
+
+    It is given the list and the open chat; it dismisses with a :class:`ChatsResult`.
+    Renaming and deleting keep the list open: they are posted as :class:`ChatsScreen.Rename`
+    and :class:`ChatsScreen.Delete`, and whoever does them calls :meth:`set_chats` with the new list.
+    """
 
     BINDINGS = [
         Binding("escape,f2", "close", "Close"),
-        Binding("enter", "resume", "Resume", show=False),
+        Binding("enter", "resume", "Resume"),
         Binding("n", "new", "New"),
         Binding("r", "rename", "Rename"),
         Binding("d,delete", "delete", "Delete"),
@@ -206,7 +267,24 @@ class ChatsScreen(ModalScreen[None]):
     ChatsScreen OptionList, ChatsScreen OptionList:focus { height: 1fr; border: none; background: $surface;
         padding: 0; }
     ChatsScreen .hint { color: $text-muted; padding: 0 1; }
+    ChatsScreen Footer { dock: bottom; }
     """
+
+    class Rename(Message):
+        def __init__(self, chat_id: int, title: str):
+            super().__init__()
+            self.chat_id = chat_id
+            self.title = title
+
+    class Delete(Message):
+        def __init__(self, chat_id: int):
+            super().__init__()
+            self.chat_id = chat_id
+
+    def __init__(self, chats: Sequence[ChatSummary], current: int | None = None):
+        super().__init__()
+        self.chats = list(chats)
+        self.current = current
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -216,32 +294,35 @@ class ChatsScreen(ModalScreen[None]):
                 ("Enter", "bold $accent"), " resume  ", ("n", "bold $accent"), " new  ",
                 ("r", "bold $accent"), " rename  ", ("d", "bold $accent"), " delete  ",
                 ("e", "bold $accent"), " export  ", ("Esc", "bold $accent"), " close"), classes="hint")
-
-    @property
-    def dapp(self) -> "DraftlightApp":
-        return self.app  # type: ignore[return-value]
+        # this screen's own keys (the chat's are not usable here)
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.refresh_list()
+        self.refresh_list(select=self.current)
         self.query_one(OptionList).focus()
+
+    def set_chats(self, chats: Sequence[ChatSummary], current: int | None = None,
+                  select: int | None = None) -> None:
+        self.chats = list(chats)
+        self.current = current
+        self.refresh_list(select)
 
     def refresh_list(self, select: int | None = None) -> None:
         ol = self.query_one(OptionList)
         ol.clear_options()
-        chats = self.dapp.history.list_chats() if self.dapp.history else []
-        current = self.dapp.chat_id
-        for c in chats:
-            mark = "● " if c.id == current else "  "
+        for c in self.chats:
+            mark = "● " if c.id == self.current else "  "
+            # the subtitle is dimmed, not given a colour: it stays readable on the highlighted row
             prompt = Content.assemble((mark, "$accent"), (c.title, "bold"), "\n",
-                                      (f"    {_ago(c.updated)} · {c.n_messages} messages", "$foreground-muted"))
+                                      (f"    {_ago(c.updated)} · {c.n_messages} messages", "dim"))
             ol.add_option(Option(prompt, id=str(c.id)))
-        if not chats:
-            ol.add_option(Option(Content.styled("No saved chats yet — send a message to start one.",
-                                                "$foreground-muted"), id="none", disabled=True))
-        if chats:
+        if not self.chats:
+            ol.add_option(Option(Content.styled("No saved chats yet — send a message to start one.", "dim"),
+                                 id="none", disabled=True))
+        if self.chats:
             idx = 0
             if select is not None:
-                for i, c in enumerate(chats):
+                for i, c in enumerate(self.chats):
                     if c.id == select:
                         idx = i
             ol.highlighted = idx
@@ -255,6 +336,9 @@ class ChatsScreen(ModalScreen[None]):
             return None
         return int(opt.id)
 
+    def _title(self, cid: int) -> str:
+        return next((c.title for c in self.chats if c.id == cid), "")
+
     @on(OptionList.OptionSelected)
     def _picked(self, event: OptionList.OptionSelected) -> None:
         event.stop()
@@ -266,41 +350,35 @@ class ChatsScreen(ModalScreen[None]):
     def action_resume(self) -> None:
         cid = self._selected()
         if cid is not None:
-            self.dismiss(None)
-            self.dapp.resume_chat(cid)
+            self.dismiss(ChatsResult("resume", cid))
 
     def action_new(self) -> None:
-        self.dismiss(None)
-        self.dapp.action_new_chat()
+        self.dismiss(ChatsResult("new"))
 
     def action_rename(self) -> None:
         cid = self._selected()
         if cid is None:
             return
-        title = next((c.title for c in self.dapp.history.list_chats() if c.id == cid), "")
 
         def done(value: str | None) -> None:
             if value is not None and value.strip():
-                self.dapp.rename_chat(cid, value.strip())
-                self.refresh_list(select=cid)
-        self.app.push_screen(TextPromptScreen("Rename chat", title), done)
+                self.post_message(self.Rename(cid, value.strip()))
+        self.app.push_screen(TextPromptScreen("Rename chat", self._title(cid)), done)
 
     def action_delete(self) -> None:
         cid = self._selected()
         if cid is None:
             return
-        title = next((c.title for c in self.dapp.history.list_chats() if c.id == cid), "")
 
         def done(yes: bool | None) -> None:
             if yes:
-                self.dapp.delete_chat(cid)
-                self.refresh_list()
-        self.app.push_screen(ConfirmScreen(f"Delete the chat “{title}”? This cannot be undone."), done)
+                self.post_message(self.Delete(cid))
+        self.app.push_screen(ConfirmScreen(f"Delete the chat “{self._title(cid)}”? This cannot be undone."), done)
 
     def action_export(self) -> None:
         cid = self._selected()
         if cid is not None:
-            self.dapp.export_chat(cid)
+            self.dismiss(ChatsResult("export", cid))
 
 
 # ---------------------------------------------------------------------------
@@ -350,6 +428,12 @@ SAMPLING_FIELDS: list[Field] = [
     ("sampling.top_p", "top-p", "float"),
     ("sampling.min_p", "min-p", "float"),
     ("sampling.seed", "seed", "seed"),
+]
+
+OVERFLOW_CHOICES: list[tuple[str, str]] = [
+    ("rolling", "Rolling window: leave out the oldest messages (the system prompt stays)"),
+    ("truncate-middle", "Truncate the middle: keep the first exchange, leave out the ones after it"),
+    ("stop", "Stop: say so, and let me start a new chat or raise the context size"),
 ]
 
 MODEL_FIELDS: list[Field] = [
@@ -541,6 +625,7 @@ class SettingsResult:
     sampling: SamplingParams
     model: ModelOptions
     max_tokens: int
+    overflow: str = "rolling"
 
     def model_changed(self, old: ModelOptions) -> bool:
         def key(m: ModelOptions) -> tuple:
@@ -632,7 +717,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
     SettingsScreen .type-params { height: auto; }
     SettingsScreen .s-section { margin-top: 1; color: $secondary; text-style: bold; }
     SettingsScreen .s-note { color: $text-muted; margin-left: 2; }
-    SettingsScreen .type-row { height: 1; margin-top: 1; }
+    SettingsScreen .type-row { height: auto; margin-top: 1; }
     SettingsScreen Switch { border: none; padding: 0; height: 1; width: 6; margin-right: 1; margin-left: 1; }
     SettingsScreen Switch:focus { border: none; background-tint: $foreground 0%; text-style: reverse; }
     SettingsScreen .t-name { width: 16; text-style: bold; }
@@ -645,13 +730,32 @@ class SettingsScreen(Screen[SettingsResult | None]):
     SettingsScreen .s-bottom Button { margin-left: 2; min-width: 10; }
     SettingsScreen #s-status { width: 1fr; color: $text-muted; }
     SettingsScreen #s-status.-error { color: $error; }
+    SettingsScreen #overflow { height: auto; margin: 0 2; border: none; background: $background; }
+    SettingsScreen .lookup-actions { height: auto; margin: 1 2 0 2; }
+    SettingsScreen .lookup-actions Button { margin-right: 2; }
+    SettingsScreen #lc-paths { margin: 0 2; }
+    SettingsScreen #lc-progress { margin: 0 2; }
+    SettingsScreen .s-note { width: 1fr; }
     SettingsScreen #drafts { height: auto; max-height: 10; margin: 0 4 0 4; display: none;
         border: round $panel; border-title-color: $foreground-muted; }
     """
 
+    class BuildStatic(Message):
+        """Build the static lookup cache from ``files`` (None: from the saved chats)."""
+
+        def __init__(self, files: list[str] | None):
+            super().__init__()
+            self.files = files
+
+    class CancelBuild(Message):
+        pass
+
     def __init__(self, spec: SpecParams, sampling: SamplingParams, model: ModelOptions, max_tokens: int,
-                 engine: Any):
+                 engine: Any, *, overflow: str = "rolling", lookup: dict | None = None):
         super().__init__()
+        self.overflow = overflow
+        self.lookup = lookup
+        self._building = False
         self.spec = spec.copy()
         self.sampling = dataclasses.replace(sampling)
         self.model_opts = ModelOptions(**model.__dict__)
@@ -704,6 +808,17 @@ class SettingsScreen(Screen[SettingsResult | None]):
                          classes="s-note")
             for key, label, kind in MODEL_FIELDS:
                 yield FieldRow(key, label, kind, self._value(key, kind))
+            yield Static("When the conversation outgrows the context", classes="s-section")
+            yield OptionList(*[Option(label, id=f"ov-{name}") for name, label in OVERFLOW_CHOICES],
+                             id="overflow")
+            yield Static("Lookup caches (ngram-cache)", classes="s-section")
+            yield Static(self._lookup_text(), classes="s-note", id="lookup-info")
+            with Horizontal(classes="lookup-actions"):
+                yield Button("Build static cache from saved chats", id="lc-chats", compact=True)
+                yield Button("…from files", id="lc-files", compact=True)
+                yield Button("Stop building", id="lc-cancel", compact=True, disabled=True)
+            yield Input(placeholder="files to learn from, separated by ;  then press Enter", id="lc-paths")
+            yield ProgressBar(total=None, show_eta=False, id="lc-progress")
         with Vertical(classes="s-bottom"):
             with Horizontal():
                 yield Static("", id="s-status")
@@ -711,6 +826,14 @@ class SettingsScreen(Screen[SettingsResult | None]):
                 yield Button("Apply  ^S", variant="primary", id="s-apply", compact=True)
 
     def on_mount(self) -> None:
+        ol = self.query_one("#overflow", OptionList)
+        names = [n for n, _ in OVERFLOW_CHOICES]
+        ol.highlighted = names.index(self.overflow) if self.overflow in names else 0
+        self.query_one("#lc-paths", Input).display = False
+        self.query_one("#lc-progress", ProgressBar).display = False
+        if not self.lookup:
+            for bid in ("#lc-chats", "#lc-files"):
+                self.query_one(bid, Button).disabled = True
         self._revalidate()
         first = next((sw for sw in self.query(Switch) if not sw.disabled), None)
         if first is not None:
@@ -786,7 +909,11 @@ class SettingsScreen(Screen[SettingsResult | None]):
         spec.types = types
         for k, v in collect_errors(spec, sampling).items():
             errors.setdefault(k, v)
-        return SettingsResult(spec, sampling, model, max_tokens), errors
+        ol = self.query_one("#overflow", OptionList)
+        overflow = self.overflow
+        if ol.highlighted is not None:
+            overflow = (ol.get_option_at_index(ol.highlighted).id or "ov-rolling")[3:]
+        return SettingsResult(spec, sampling, model, max_tokens, overflow), errors
 
     def _revalidate(self) -> bool:
         result, errors = self.read_form()
@@ -845,12 +972,32 @@ class SettingsScreen(Screen[SettingsResult | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        if event.input.id == "lc-paths":
+            files = [os.path.expanduser(f.strip()) for f in event.value.split(";") if f.strip()]
+            missing = [f for f in files if not os.path.isfile(f)]
+            if not files or missing:
+                status = self.query_one("#s-status", Static)
+                status.update(f"no such file: {missing[0]}" if missing else "name at least one file")
+                status.add_class("-error")
+                return
+            event.input.display = False
+            self._start_build(files)
+            return
         self.action_apply()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        if event.button.id == "s-apply":
+        bid = event.button.id
+        if bid == "s-apply":
             self.action_apply()
+        elif bid == "lc-chats":
+            self._start_build(None)
+        elif bid == "lc-files":
+            inp = self.query_one("#lc-paths", Input)
+            inp.display = True
+            inp.focus()
+        elif bid == "lc-cancel":
+            self.post_message(self.CancelBuild())
         else:
             self.action_cancel()
 
@@ -866,4 +1013,49 @@ class SettingsScreen(Screen[SettingsResult | None]):
         self.dismiss(result)
 
     def action_cancel(self) -> None:
+        if self._building:
+            self.post_message(self.CancelBuild())
         self.dismiss(None)
+
+    # -- lookup caches -----------------------------------------------------------------
+    def _lookup_text(self) -> str:
+        lk = self.lookup
+        if not lk:
+            return ("Not in use: turn ngram-cache (or Automatic) on. Its caches live per vocabulary in the "
+                    "data folder: the dynamic one learns from every reply, the static one from what you give it.")
+        lines = [f"folder {lk.get('folder', '')}"]
+        for kind in ("static", "dynamic"):
+            c = (lk.get("caches") or {}).get(kind) or {}
+            state = f"{c.get('n_entries', 0):,} entries, {c.get('file_bytes', 0):,} bytes" if c.get("exists") \
+                else "no file yet"
+            lines.append(f"{kind}: {c.get('path', '')} — {state}")
+        lines.append("The dynamic cache learns from each reply and is saved after it and on exit.")
+        return "\n".join(lines)
+
+    def show_build_progress(self, done: int, total: int, name: str) -> None:
+        bar = self.query_one("#lc-progress", ProgressBar)
+        bar.display = True
+        bar.update(total=total or None, progress=done)
+        self.query_one("#s-status", Static).update(f"learning from {name}…")
+
+    def show_build_done(self, info: dict | None, error: str | None, lookup: dict | None) -> None:
+        self._building = False
+        self.query_one("#lc-progress", ProgressBar).display = False
+        for bid, disabled in (("#lc-chats", False), ("#lc-files", False), ("#lc-cancel", True)):
+            self.query_one(bid, Button).disabled = disabled
+        self.lookup = lookup or self.lookup
+        self.query_one("#lookup-info", Static).update(self._lookup_text())
+        status = self.query_one("#s-status", Static)
+        if error:
+            status.update(f"static cache: {error}")
+            status.add_class("-error")
+        else:
+            status.update(f"static cache built: {(info or {}).get('n_entries', 0):,} entries")
+            status.remove_class("-error")
+
+    def _start_build(self, files: list[str] | None) -> None:
+        self._building = True
+        for bid, disabled in (("#lc-chats", True), ("#lc-files", True), ("#lc-cancel", False)):
+            self.query_one(bid, Button).disabled = disabled
+        self.show_build_progress(0, 0, "saved chats" if files is None else "files")
+        self.post_message(self.BuildStatic(files))

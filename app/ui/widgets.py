@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from textual import events
 from textual.app import ComposeResult
@@ -20,13 +20,9 @@ from textual.style import Style
 from textual.widget import Widget
 from textual.widgets import Markdown, Static, TextArea
 
-from speculators.events import GenerationStats
+from speculators.events import GenerationStats, TokenEvent
 
-from ..storage import TokenRecord
 from .stats import SessionStats, acceptance_bars, pct, reply_footer
-
-if TYPE_CHECKING:
-    from .app import DraftlightApp
 
 
 @dataclass
@@ -119,8 +115,17 @@ class ReplyBody(Widget):
     coloured: reactive[bool] = reactive(True)
     selected_run: reactive[int | None] = reactive(None)
 
-    def __init__(self, text: str = "", tokens: TokenRecord | None = None, **kw: Any):
+    def __init__(self, text: str = "", tokens: Sequence[TokenEvent] | None = None, *,
+                 styles: Mapping[str, Style] | None = None, palette_version: int = 0, probe: Any = None,
+                 **kw: Any):
         super().__init__(**kw)
+        #: the draft colours (pushed in by the app when the theme changes)
+        self.draft_styles: Mapping[str, Style] = styles or {}
+        self.palette_version = palette_version
+        #: benchmark hook: records the lag from each token's event to the frame that shows it
+        self.probe = probe
+        #: the reply's tokens: the engine's own records
+        self.tokens: list[TokenEvent] = []
         self._text = ""
         #: starts and (end, by, pos, run) of every drafted token with text, in order
         self._d_starts: list[int] = []
@@ -136,8 +141,8 @@ class ReplyBody(Widget):
         #: lag probe (benchmark): when each token's event reached the worker
         self._times: list[float] = []
         self._probed = 0
-        if tokens is not None and len(tokens):
-            self.append_tokens(zip(tokens.texts, tokens.drafted_by, tokens.draft_pos))
+        if tokens:
+            self.append_tokens(tokens)
         elif text:
             self._text = text
 
@@ -146,8 +151,14 @@ class ReplyBody(Widget):
     def text(self) -> str:
         return self._text
 
+    def set_palette(self, styles: Mapping[str, Style], version: int) -> None:
+        self.draft_styles = styles
+        self.palette_version = version
+        self.refresh()
+
     def set_text(self, text: str) -> None:
         self._text = text
+        self.tokens = []
         self._d_starts.clear()
         self._drafted.clear()
         self.runs.clear()
@@ -160,6 +171,8 @@ class ReplyBody(Widget):
         if n >= len(self._text):
             return
         self._text = self._text[:n]
+        from ..storage import truncate_tokens
+        self.tokens = truncate_tokens(self.tokens, n)
         kept = [(s0, min(s1, n), by, pos, run) for s0, s1, by, pos, run in self._drafted if s0 < n]
         self._drafted = kept
         self._d_starts = [d[0] for d in kept]
@@ -172,13 +185,14 @@ class ReplyBody(Widget):
         self._strips.clear()
         self.refresh(layout=True)
 
-    def append_tokens(self, tokens: Iterable[tuple[str, str | None, int | None]],
-                      times: Sequence[float] | None = None) -> None:
-        """Add ``(text, drafted_by, draft_pos)`` triples."""
+    def append_tokens(self, tokens: Iterable[TokenEvent], times: Sequence[float] | None = None) -> None:
+        """Add tokens (the engine's records: text, drafted_by, draft_pos)."""
         n0 = self.n_tokens
         pieces: list[str] = []
         length = len(self._text)
-        for text, by, pos in tokens:
+        for tok in tokens:
+            self.tokens.append(tok)
+            text, by, pos = tok.text, tok.drafted_by, tok.draft_pos
             self.n_tokens += 1
             if by is None or pos is None:
                 self._last_by = None
@@ -200,7 +214,7 @@ class ReplyBody(Widget):
             if text:
                 pieces.append(text)
                 length += len(text)
-        if times is not None and self.app_probe is not None:
+        if times is not None and self.probe is not None:
             self._times.extend([0.0] * (n0 - len(self._times)))
             self._times.extend(times)
         if not pieces:
@@ -210,13 +224,6 @@ class ReplyBody(Widget):
         if self._wrap_width > 0:
             self._rewrap_tail()
         self.refresh(layout=len(self._lines) != n_lines or self._wrap_width <= 0)
-
-    @property
-    def app_probe(self):
-        try:
-            return getattr(self.app, "lag_probe", None)
-        except Exception:  # not mounted yet
-            return None
 
     # -- wrapping ------------------------------------------------------------------
     def _ensure_wrapped(self, width: int) -> None:
@@ -243,8 +250,7 @@ class ReplyBody(Widget):
 
     # -- rendering -------------------------------------------------------------
     def _palette(self) -> tuple[int, Mapping[str, Style]]:
-        app = self.app
-        return getattr(app, "palette_version", 0), getattr(app, "draft_styles", {})
+        return self.palette_version, self.draft_styles
 
     def _line_content(self, start: int, end: int, styles: Mapping[str, Style]) -> Content:
         text = self._text[start:end]
@@ -273,7 +279,7 @@ class ReplyBody(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         self._ensure_wrapped(width)
-        probe = self.app_probe
+        probe = self.probe
         if probe is not None and self._probed < len(self._times):
             now = time.perf_counter()
             for i in range(self._probed, len(self._times)):
@@ -362,25 +368,37 @@ class MessageView(Vertical, can_focus=True):
     MessageView > Markdown > * { margin-bottom: 0; }
     """
 
-    def __init__(self, role: str, text: str = "", *, tokens: TokenRecord | None = None,
+    class CopyRequested(Message):
+        """The person asked to copy this message's text."""
+
+        def __init__(self, text: str):
+            super().__init__()
+            self.text = text
+
+    def __init__(self, role: str, text: str = "", *, tokens: Sequence[TokenEvent] | None = None,
                  stats: Mapping[str, Any] | None = None, status: str | None = None,
-                 finish: str | None = None, msg_id: int | None = None, label: str | None = None):
+                 finish: str | None = None, key: int | None = None, label: str | None = None,
+                 view_mode: str = "coloured", styles: Mapping[str, Style] | None = None,
+                 palette_version: int = 0, probe: Any = None, error: str | None = None):
         classes = f"-{role}"
         super().__init__(classes=classes)
         self.role = role
-        self.msg_id = msg_id
+        #: the key of the session's turn this view shows
+        self.key = key
         self.stats = dict(stats) if stats else None
         self.status = status
         self.finish = finish
         self.streaming = False
-        self.error: str | None = None
+        self.error: str | None = error
+        self.notes: list[str] = []
         self.label = label or {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
-        self.body = ReplyBody(text=text, tokens=tokens)
+        self.body = ReplyBody(text=text, tokens=tokens, styles=styles, palette_version=palette_version,
+                              probe=probe)
         self.head = Static(self.label, classes="msg-head")
         self.foot = Static("", classes="msg-foot")
         self._markdown: Markdown | None = None
         self._md_pending = False
-        self.view_mode = "coloured"
+        self.view_mode = view_mode
 
     @property
     def text(self) -> str:
@@ -392,9 +410,10 @@ class MessageView(Vertical, can_focus=True):
         yield self.foot
 
     def on_mount(self) -> None:
+        if self.error:
+            self.add_class("-error")
         self._update_foot()
-        app: DraftlightApp = self.app  # type: ignore[assignment]
-        self.set_view(getattr(app, "view_mode", "coloured"))
+        self.set_view(self.view_mode)
 
     # -- streaming -------------------------------------------------------------
     def start_streaming(self) -> None:
@@ -409,8 +428,7 @@ class MessageView(Vertical, can_focus=True):
             self._schedule_markdown()
 
     def live_stats(self, stats: GenerationStats) -> None:
-        d = stats.to_dict()
-        self.foot.update(reply_footer(d) + " · writing…")
+        self.foot.update(reply_footer(self.body.tokens, stats.to_dict()) + " · writing…")
 
     def finish_streaming(self, stats: Mapping[str, Any] | None, finish: str | None, text: str | None = None) -> None:
         self.streaming = False
@@ -419,8 +437,11 @@ class MessageView(Vertical, can_focus=True):
         self.stats = dict(stats) if stats else None
         self.finish = finish
         self.status = "cancelled" if finish == "cancelled" else "done"
-        if text is not None and not self.body.runs and text != self.body.text:
-            self.body.set_text(text)
+        if text is not None and text != self.body.text:
+            if self.body.text.startswith(text):
+                self.body.truncate(len(text))   # the trailing whitespace a finished reply drops
+            else:
+                self.body.set_text(text)
         self._update_foot()
         if self.view_mode == "markdown":
             self._schedule_markdown()
@@ -445,7 +466,7 @@ class MessageView(Vertical, can_focus=True):
             return
         if self.error:
             return
-        self.foot.update(reply_footer(self.stats, self.finish, self.status))
+        self.foot.update(reply_footer(self.body.tokens, self.stats, self.finish, self.status, self.notes))
 
     # -- views -------------------------------------------------------------------
     def set_view(self, mode: str) -> None:
@@ -478,12 +499,12 @@ class MessageView(Vertical, can_focus=True):
 
     # -- actions -------------------------------------------------------------------
     def action_copy(self) -> None:
-        self.app.copy_text(self.body.text, what="message")  # type: ignore[attr-defined]
+        self.post_message(self.CopyRequested(self.body.text))
 
     def _select(self, step: int) -> None:
         runs = self.body.runs
         if not runs or self.view_mode != "coloured":
-            self.app.notify("This message has no coloured draft runs" if not runs else
+            self.notify("This message has no coloured draft runs" if not runs else
                             "Turn colouring on (F5) to inspect drafted runs", timeout=3)
             return
         cur = self.body.selected_run
@@ -588,14 +609,19 @@ class TopBar(Static):
     TopBar { dock: top; height: 1; background: $panel; color: $text-muted; padding: 0 1; }
     """
 
-    def show(self, model: str, spec: str, state: str, chat: str = "") -> None:
+    def show(self, model: str, spec: str, state: str, chat: str = "", n_spec: int = 0) -> None:
+        """Name, model and state always; the speculators and the chat title when they fit whole."""
         width = (self.size.width or 80) - 2
         state_c = Content.styled(state, "$accent" if "…" in state else "$foreground-muted")
         room = max(0, width - state_c.cell_length - 2)
-        parts: list[Content] = [Content.assemble(("draftlight", "bold $primary"), "  ", (model, "$foreground"))]
+        left = Content.assemble(("draftlight", "bold $primary"), "  ", (model, "$foreground"))
         if spec:
-            parts.append(Content.assemble("  ·  ", (spec, "$secondary")))
-        left = Content("").join(parts)
+            full = Content.assemble("  ·  ", (spec, "$secondary"))
+            short = Content.assemble("  ·  ", (f"{n_spec} speculators" if n_spec > 1 else spec, "$secondary"))
+            for piece in (full, short):
+                if left.cell_length + piece.cell_length <= room:
+                    left = left + piece
+                    break
         if chat and left.cell_length + 5 + 12 <= room:
             # the chat title only when it has room to be readable
             title = Content.styled(chat, "$foreground-muted").truncate(room - left.cell_length - 5, ellipsis=True)
@@ -603,6 +629,14 @@ class TopBar(Static):
         left = left.truncate(room, ellipsis=True)
         pad = max(1, width - left.cell_length - state_c.cell_length)
         self.update(left + " " * pad + state_c)
+
+
+def short_name(t: str) -> str:
+    """``ngram-map-k4v`` -> ``map-k4v``, ``draft-mtp`` -> ``mtp`` (for narrow terminals)."""
+    for prefix in ("ngram-", "draft-"):
+        if t.startswith(prefix):
+            return t[len(prefix):]
+    return t
 
 
 class Legend(Static):
@@ -613,29 +647,42 @@ class Legend(Static):
     """
 
     def show(self, types: Sequence[str], styles: Mapping[str, Style], colouring: bool,
-             off_view: str, info: str | None = None, skipped: Mapping[str, str] | None = None) -> None:
+             off_view: str, info: str | None = None, skipped: Mapping[str, str] | None = None,
+             waiting: Sequence[str] = ()) -> None:
+        """``types``: the speculators in use; ``waiting``: those configured while no model is loaded."""
+        width = (self.size.width or 80) - 2
         if info:
-            self.update(Content.assemble(("▸ ", "$accent"), (info, "$foreground")))
+            self.update(Content.assemble(("▸ ", "$accent"), (info, "$foreground")).truncate(width, ellipsis=True))
             return
         if not colouring:
             self.update(Content.assemble(
                 (f"colouring off · {off_view} view", "$foreground-muted"), ("  F5 ", "bold $accent"),
-                ("colour drafted tokens", "$foreground-muted")))
+                ("colour drafted tokens", "$foreground-muted")).truncate(width, ellipsis=True))
             return
         if not types:
-            msg = "no speculation on"
-            if skipped:
+            if waiting:
+                msg = "speculation: " + ", ".join(waiting) + " (once a model is loaded)"
+            elif skipped:
                 msg = "speculation unavailable: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
-            self.update(Content.assemble((msg, "$foreground-muted"), ("  F3 ", "bold $accent"), ("settings", "$foreground-muted")))
+            else:
+                msg = "no speculation on"
+            self.update(Content.assemble(("  F3 ", "bold $accent"), ("settings  ", "$foreground-muted"),
+                                         (msg, "$foreground-muted")).truncate(width, ellipsis=True))
             return
-        pieces: list[Any] = [("drafted by ", "$foreground-muted")]
-        for i, t in enumerate(types):
-            if i:
-                pieces.append("  ")
-            st = styles.get(t)
-            pieces.append(Content.styled(f" {t} ", st) if st is not None and st.background else Content.styled(f"■ {t}", st or ""))
-        pieces.append(("   plain: the model itself", "$foreground-muted"))
-        self.update(Content.assemble(*pieces))
+        for full, names in ((True, list(types)), (False, list(types)), (False, [short_name(t) for t in types])):
+            pieces: list[Any] = [("drafted by ", "$foreground-muted")] if full else []
+            for i, (t, label) in enumerate(zip(types, names)):
+                if i:
+                    pieces.append("  " if full else " ")
+                st = styles.get(t)
+                pieces.append(Content.styled(f" {label} ", st) if st is not None and st.background
+                              else Content.styled(f"■ {label}", st or ""))
+            if full:
+                pieces.append(("   plain: the model itself", "$foreground-muted"))
+            content = Content.assemble(*pieces)
+            if content.cell_length <= width:
+                break
+        self.update(content.truncate(width, ellipsis=True))
 
 
 class StatsPanel(Static):
@@ -648,17 +695,24 @@ class StatsPanel(Static):
     }
     """
 
-    def show_stats(self, session: SessionStats, live: bool, styles: Mapping[str, Style]) -> None:
+    def show_stats(self, session: SessionStats, live: bool, styles: Mapping[str, Style],
+                   lookup: Mapping[str, Any] | None = None) -> None:
         t = session.totals
+        f = t.figures
         lines: list[Content] = [Content.styled("Session statistics" + ("  ● live" if live else ""),
                                                "bold $primary")]
-        lines.append(Content(f"replies {t.replies} · tokens {t.n_generated} · {t.tokens_per_s:.1f} tok/s"))
-        lines.append(Content(f"drafted {t.n_drafted} · accepted {t.n_accepted} ({pct(t.acceptance_rate)})"))
-        mal = t.mean_acceptance_length
+        lines.append(Content(f"replies {t.replies} · tokens {t.n_tokens} · {t.tokens_per_s:.1f} tok/s"))
+        lines.append(Content(f"drafted {t.n_drafted} · {f.accepted_text()}"))
+        mal = f.mean_acceptance_length
         lines.append(Content(f"mean acceptance length {mal:.2f}" if mal else "mean acceptance length –"))
+        ctl = session.controller
+        if ctl:
+            lines.append(Content(""))
+            lines.append(Content.styled("Automatic speculation", "bold $secondary"))
+            lines.extend(Content(" " + line) for line in controller_lines(ctl))
         if not session.speculators:
             lines += [Content(""), Content.styled("No speculator has run yet.", "$foreground-muted"),
-                      Content.styled("Turn one on in Settings (F3).", "$foreground-muted")]
+                      Content.styled("Choose speculation in Settings (F3).", "$foreground-muted")]
         width = max(8, (self.size.width or 40) - 18)
         for name, s in session.speculators.items():
             st = styles.get(name)
@@ -666,7 +720,10 @@ class StatsPanel(Static):
             lines.append(Content.styled(f"■ {name}" if not (st and st.background) else f" {name} ", st or "bold"))
             lines.append(Content(f" calls b/g/a   {s.n_call_begin}/{s.n_call_draft}/{s.n_call_accept}"))
             lines.append(Content(f" drafts gen/acc {s.n_gen_drafts}/{s.n_acc_drafts}"))
-            lines.append(Content(f" tokens gen/acc {s.n_gen_tokens}/{s.n_acc_tokens} ({pct(s.acceptance_rate)})"))
+            shown = session.shown_by.get(name, 0)
+            extra = f"; {shown} in replies" if shown != s.n_acc_tokens else ""
+            lines.append(Content(f" tokens gen/acc {s.n_gen_tokens}/{s.n_acc_tokens} "
+                                 f"({pct(s.acceptance_rate)}{extra})"))
             m = s.mean_acceptance_length
             lines.append(Content(f" mean acc len   {m:.2f}" if m else " mean acc len   –"))
             lines.append(Content(f" ms b/g/a  {s.t_begin_us / 1000:.1f}/{s.t_draft_us / 1000:.1f}/"
@@ -676,10 +733,48 @@ class StatsPanel(Static):
                 lines.append(Content.styled(" acceptance by draft position", "$foreground-muted"))
                 for pos, b, rate in bars:
                     lines.append(Content.assemble(f" {pos:>3} ", (b, st or "$accent"), f" {rate * 100:3.0f}%"))
-                extra = len(s.n_acc_tokens_per_pos) - len(bars)
-                if extra > 0:
-                    lines.append(Content.styled(f"     … {extra} more positions", "$foreground-muted"))
+                more = len(s.n_acc_tokens_per_pos) - len(bars)
+                if more > 0:
+                    lines.append(Content.styled(f"     … {more} more positions", "$foreground-muted"))
+        if lookup:
+            lines.append(Content(""))
+            lines.append(Content.styled("Lookup caches (ngram-cache)", "bold $secondary"))
+            for kind in ("static", "dynamic"):
+                c = (lookup.get("caches") or {}).get(kind) or {}
+                size = _size(c.get("file_bytes", 0)) if c.get("exists") else "no file yet"
+                lines.append(Content(f" {kind:<8} {c.get('n_entries', 0):,} entries · {size}"))
+            src = lookup.get("sources") or {}
+            if src:
+                lines.append(Content.styled(" accepted / drafted by cache", "$foreground-muted"))
+                for kind in ("context", "dynamic", "static"):
+                    d = src.get(kind) or {}
+                    lines.append(Content(f"  {kind:<8} {d.get('accepted', 0)} / {d.get('drafted', 0)}"))
+            pending = lookup.get("pending_entries") or 0
+            if pending:
+                lines.append(Content.styled(f" {pending:,} entries learned, not saved yet", "$foreground-muted"))
         self.update(Content("\n").join(lines))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def controller_lines(ctl: Mapping[str, Any]) -> list[str]:
+    """The adaptive controller's decisions in words (its counters, summed over replies)."""
+    out: list[str] = []
+    names = {"n_steps_drafted": "steps drafted", "n_steps_skipped": "steps not drafted",
+             "n_drafts_cut": "drafts cut short", "n_probes": "probes"}
+    shown = [f"{label} {ctl[k]}" for k, label in names.items() if isinstance(ctl.get(k), (int, float))]
+    if shown:
+        out.append(" · ".join(shown))
+    for k, v in ctl.items():
+        if isinstance(v, Mapping) and v:
+            out.append(f"{k.replace('_', ' ')}: " + ", ".join(f"{r} {n}" for r, n in v.items()))
+    return out
 
 
 class LoadPanel(Vertical):

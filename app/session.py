@@ -1,0 +1,1018 @@
+"""The chat session: everything the chat does, without Textual.
+
+A :class:`ChatSession` owns the conversation, the engine's lifecycle (load,
+apply settings, close), the reply being written, the history store, the
+lookup caches and the statistics. It speaks in typed events.
+
+Threads: the public methods are called from one *owner* thread (the UI's).
+Work that takes time (loading, generating, rebuilding the chain, saving the
+lookup caches) runs in threads the session starts; they report by calling
+``post(event)``, which must hand the event back to the owner thread, where
+:meth:`ChatSession.apply` brings the session up to date before the UI looks
+at it. The Textual app does this with ``post_message``; a test with a queue::
+
+    q = queue.Queue()
+    s = ChatSession(config, post=q.put, engine_factory=factory, history=History(tmp / "h.db"))
+    s.load()
+    drain(s, q, until=lambda: s.engine is not None)
+    s.send("Hello")
+    drain(s, q, until=lambda: s.job is None)
+    s.turns[-1].text          # the reply
+
+One record per token: the engine's :class:`~speculators.events.TokenEvent`
+objects are appended to the reply's :attr:`Turn.tokens` by the generation
+thread; the same objects are stored (``storage.tokens_to_json``) and drawn
+by the widget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from speculators.events import (STOP_CANCELLED, STOP_CONTEXT, FinishEvent, GenerationResult, GenerationStats,
+                                StatsEvent, StepEvent, TokenEvent)
+from speculators.params import SpecParams
+from speculators.sampling import SamplingParams
+from speculators.types import SpecType
+
+from . import config as config_mod
+from . import storage
+from .errors import UserError, describe
+from .figures import SessionStats
+from .options import ModelOptions
+from .storage import History, HistoryError
+
+Post = Callable[[Any], Any]
+Progress = Callable[[int, int, str], None]
+
+
+# ---------------------------------------------------------------------------
+# the engine, as the session sees it
+# ---------------------------------------------------------------------------
+
+class ChatEngine(Protocol):
+    """What the session needs of an engine (:class:`speculators.engine.Engine`, or the scripted one)."""
+
+    model: Any            # .path
+    chain: Any            # .speculators (each .name), .skipped {type: reason}
+    spec: SpecParams
+    config: Any           # .n_ctx
+    template: Any         # .stop_strings
+
+    def set_spec(self, params: SpecParams, resources: dict | None = None) -> Any: ...
+
+    def prompt_tokens(self, messages: Sequence[dict] | None = None, text: str | None = None,
+                      raw: bool = False) -> list[int]: ...
+
+    def generate(self, prompt: Sequence[int], max_tokens: int = 512, sampling: SamplingParams | None = None,
+                 stop: Sequence[str] = (), cancel: Callable[[], bool] | None = None,
+                 stats_interval_s: float = 0.25) -> Iterator[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class EngineFactory(Protocol):
+    def __call__(self, model_options: ModelOptions, spec: SpecParams, progress: Progress) -> ChatEngine: ...
+
+
+def default_engine_factory(model_options: ModelOptions, spec: SpecParams, progress: Progress) -> ChatEngine:
+    """The real engine: the default model (assembled on first run) or ``--model``."""
+    from speculators.engine import Engine
+
+    from .runtime import engine_config, resolve_model_path
+    path = resolve_model_path(model_options, progress)
+    progress(0, 0, "load")
+    cfg = engine_config(model_options)
+    if hasattr(cfg, "load_mtp"):
+        # the chain is built after the model (so a bad chain never blocks it): say now if MTP is wanted
+        cfg.load_mtp = SpecType.DRAFT_MTP in spec.types or _is_auto(spec)
+    return Engine(path, cfg, SpecParams())
+
+
+def _is_auto(spec: SpecParams) -> bool:
+    return any(getattr(t, "value", t) == "auto" for t in spec.types)
+
+
+def uses_lookup_caches(spec: SpecParams) -> bool:
+    """ngram-cache is asked for, by name or under ``auto``."""
+    return SpecType.NGRAM_CACHE in spec.types or _is_auto(spec)
+
+
+# ---------------------------------------------------------------------------
+# events (posted by the session's threads, applied on the owner thread)
+# ---------------------------------------------------------------------------
+
+@dataclass
+class LoadProgress:
+    phase: str
+    done: int
+    total: int
+
+
+@dataclass
+class EngineReady:
+    engine: Any
+    seconds: float
+    store: Any = None
+    warnings: list[str] = field(default_factory=list)
+    spec_error: str | None = None
+
+
+@dataclass
+class EngineFailed:
+    error: str
+    path: str | None
+
+
+@dataclass
+class SpecApplied:
+    """The chain was rebuilt (``error``: it was not, and the old one stays)."""
+
+    skipped: dict[str, str]
+    error: str | None = None
+    store: Any = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TokensAdded:
+    """New tokens are in ``turn.tokens`` (read them with :meth:`ChatSession.new_tokens`)."""
+
+    key: int
+
+
+@dataclass
+class ReplyStats:
+    key: int
+    stats: GenerationStats
+
+
+@dataclass
+class ContextTrimmed:
+    """Older turns were left out of what the model sees for this reply."""
+
+    key: int
+    first_kept: int       # index in ``turns`` of the first message the model still sees
+    n_dropped: int        # messages left out
+    n_prompt: int         # prompt tokens after the cut
+    n_ctx: int
+
+
+@dataclass
+class ReplyDone:
+    key: int
+    result: GenerationResult
+
+
+@dataclass
+class ReplyFailed:
+    key: int
+    error: str
+
+
+@dataclass
+class LookupSaved:
+    info: dict
+
+
+@dataclass
+class StaticBuildProgress:
+    done: int
+    total: int
+    name: str
+
+
+@dataclass
+class StaticBuilt:
+    info: dict | None = None
+    error: str | None = None
+
+
+SessionEvent = (LoadProgress | EngineReady | EngineFailed | SpecApplied | TokensAdded | ReplyStats
+                | ContextTrimmed | ReplyDone | ReplyFailed | LookupSaved | StaticBuildProgress | StaticBuilt)
+
+
+# ---------------------------------------------------------------------------
+# the conversation
+# ---------------------------------------------------------------------------
+
+_turn_keys = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Turn:
+    """One message of the conversation. A reply's tokens are the engine's own records."""
+
+    role: str
+    text: str = ""
+    msg_id: int | None = None
+    tokens: list[TokenEvent] = field(default_factory=list)
+    stats: dict | None = None
+    status: str = storage.DONE
+    finish: str | None = None
+    error: str | None = None
+    key: int = field(default_factory=lambda: next(_turn_keys))
+    #: perf_counter() when the generation thread got each token (benchmarks: event-to-paint lag)
+    arrived: list[float] = field(default_factory=list)
+
+    @property
+    def sent_to_model(self) -> bool:
+        if self.error or self.role not in ("user", "assistant"):
+            return False
+        return bool(self.text.strip()) or self.role == "user"
+
+
+@dataclass(eq=False)
+class ReplyJob:
+    turn: Turn
+    messages: list[dict]
+    #: index in turns of each non-system message in ``messages``
+    turn_index: list[int]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    signalled: bool = False                # a TokensAdded is on its way to the owner
+    live: GenerationStats | None = None
+    last_saved: float = field(default_factory=time.perf_counter)
+    started: float = field(default_factory=time.perf_counter)
+    thread: threading.Thread | None = None
+    lstrip_pending: bool = True            # the reply's leading whitespace is not shown
+
+
+class SessionError(UserError):
+    """The session cannot do that now (the message says why)."""
+
+
+OVERFLOW_POLICIES = config_mod.OVERFLOW_POLICIES
+
+
+# ---------------------------------------------------------------------------
+# the session
+# ---------------------------------------------------------------------------
+
+class ChatSession:
+    """See the module docstring."""
+
+    SAVE_EVERY_S = 0.5
+
+    def __init__(self, config: config_mod.Config | None = None, *, post: Post,
+                 engine_factory: EngineFactory | None = None, history: History | None = None,
+                 open_history: bool = True, saved_config: config_mod.Config | None = None,
+                 persist_config: bool = True, lookup_root: str | os.PathLike | None = None,
+                 use_lookup_store: bool = True):
+        self.config = config or config_mod.Config()
+        #: what config.toml holds; changes made in the app go here too, command-line flags do not
+        self.saved_config = saved_config if saved_config is not None else \
+            config_mod.Config.from_toml_dict(self.config.to_toml_dict())
+        self.persist_config = persist_config
+        self.post = post
+        self.engine_factory = engine_factory or default_engine_factory
+        self.engine: ChatEngine | None = None
+        self.engine_lock = threading.Lock()
+        self.history = history
+        self.history_error: str | None = None
+        if history is None and open_history:
+            try:
+                self.history = History()
+            except HistoryError as e:
+                self.history_error = str(e)
+        self.lookup_root = lookup_root
+        self.use_lookup_store = use_lookup_store
+        #: the lookup caches of the loaded model's vocabulary (when ngram-cache is in use)
+        self.store: Any = None
+        self.lookup_last_save: dict | None = None
+        self.chat_id: int | None = None
+        self.title = ""
+        self.system_prompt = self.config.system_prompt
+        self.turns: list[Turn] = []
+        #: index in turns of the first message the model saw for the last reply (0: all)
+        self.context_start = 0
+        self.job: ReplyJob | None = None
+        self.stats = SessionStats()
+        self.loading = False
+        self.load_error: str | None = None
+        self.queued: str | None = None
+        self.closed = False
+        self._threads: list[threading.Thread] = []
+        self._build_cancel: threading.Event | None = None
+
+    # -- threads -------------------------------------------------------------------
+    def _start(self, target: Callable[..., None], *args: Any, name: str) -> threading.Thread:
+        t = threading.Thread(target=target, args=args, name=f"draftlight-{name}", daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()]
+        self._threads.append(t)
+        t.start()
+        return t
+
+    # -- labels ----------------------------------------------------------------------
+    @property
+    def model_label(self) -> str:
+        if self.engine is None:
+            m = self.config.model.model
+            return Path(m).stem if m else "default model"
+        return Path(str(getattr(self.engine.model, "path", "") or "")).stem or "model"
+
+    @property
+    def active_types(self) -> list[str]:
+        """Speculators in the chain, in priority order (empty while no model is loaded)."""
+        chain = getattr(self.engine, "chain", None)
+        return [s.name for s in getattr(chain, "speculators", [])] if chain is not None else []
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        chain = getattr(self.engine, "chain", None)
+        return dict(getattr(chain, "skipped", {}) or {}) if chain is not None else {}
+
+    @property
+    def configured_types(self) -> list[str]:
+        return [getattr(t, "value", str(t)) for t in self.config.spec.types]
+
+    @property
+    def n_ctx(self) -> int:
+        cfg = getattr(self.engine, "config", None)
+        n = getattr(cfg, "n_ctx", None)
+        ctx = getattr(self.engine, "ctx", None)
+        return int(getattr(ctx, "n_ctx", None) or n or self.config.model.ctx_size or 4096)
+
+    # -- config ------------------------------------------------------------------------
+    def save_config(self) -> str | None:
+        """Write config.toml; returns an error message, or None."""
+        if not self.persist_config:
+            return None
+        try:
+            config_mod.save(self.saved_config)
+        except OSError as e:
+            return f"could not save settings: {describe(e)}"
+        return None
+
+    def remember_ui(self, **values: Any) -> str | None:
+        self.config.ui.update(values)
+        self.saved_config.ui.update(values)
+        return self.save_config()
+
+    # -- loading -------------------------------------------------------------------------
+    def load(self, model: ModelOptions | None = None) -> None:
+        """Load (or reload) the model in a thread; :class:`EngineReady` or :class:`EngineFailed` follows."""
+        if model is not None:
+            self.config.model = model
+        old, self.engine = self.engine, None
+        old_store, self.store = self.store, None
+        self.loading = True
+        self.load_error = None
+        self._start(self._load_thread, dataclasses.replace(self.config.model), self.config.spec.copy(),
+                    old, old_store, name="load")
+
+    def _load_thread(self, model: ModelOptions, spec: SpecParams, old: Any, old_store: Any) -> None:
+        if old is not None:
+            with self.engine_lock:
+                old.close()
+        if old_store is not None:
+            with contextlib.suppress(Exception):
+                old_store.close()
+        t0 = time.perf_counter()
+        last = [0.0]
+
+        def progress(done: int, total: int, phase: str) -> None:
+            now = time.perf_counter()
+            if done >= total or now - last[0] > 0.05:
+                last[0] = now
+                self.post(LoadProgress(phase, done, total))
+
+        try:
+            engine = self.engine_factory(model, spec, progress)
+        except Exception as e:  # every failure becomes an event, never a traceback
+            self.post(EngineFailed(describe(e), model.model))
+            return
+        store, warnings, spec_error = None, [], None
+        try:
+            with self.engine_lock:
+                store, warnings = self._open_store(engine, spec)
+                engine.set_spec(spec, resources=store.resources() if store is not None else None)
+        except Exception as e:
+            spec_error = describe(e)
+        self.post(EngineReady(engine, time.perf_counter() - t0, store, warnings, spec_error))
+
+    def _open_store(self, engine: Any, spec: SpecParams) -> tuple[Any, list[str]]:
+        """The lookup caches of the engine's vocabulary, loaded (None when ngram-cache is not used)."""
+        if not (self.use_lookup_store and uses_lookup_caches(spec)):
+            return None, []
+        model = getattr(engine, "model", None)
+        if model is None or not hasattr(model, "token_bytes"):
+            return None, []  # the scripted engine has no vocabulary
+        from .lookup_store import LookupStore, LookupStoreError
+        nc = spec.ngram_cache
+        try:
+            store = LookupStore.for_model(model, static_path=nc.lookup_cache_static or None,
+                                          dynamic_path=nc.lookup_cache_dynamic or None, root=self.lookup_root)
+        except (LookupStoreError, OSError) as e:
+            return None, [f"lookup caches unavailable ({describe(e)}); ngram-cache runs without them"]
+        return store, list(store.warnings)
+
+    def _closing_store(self, store: Any) -> None:
+        if store is not None and store is not self.store:
+            with contextlib.suppress(Exception):
+                store.close()
+
+    # -- settings --------------------------------------------------------------------------
+    def apply_settings(self, spec: SpecParams, sampling: SamplingParams, model: ModelOptions,
+                       max_tokens: int, overflow: str | None = None) -> str:
+        """Use (and save) new settings. Returns ``"reload"``, ``"rebuild"`` or ``"saved"``."""
+        old_model = self.config.model
+        spec_changed = spec.to_dict() != self.config.spec.to_dict()
+        model_changed = _model_key(model) != _model_key(old_model)
+        for cfg in (self.config, self.saved_config):
+            cfg.spec = spec.copy()
+            cfg.sampling = dataclasses.replace(sampling)
+            cfg.model = ModelOptions(**model.__dict__)
+            cfg.max_tokens = max_tokens
+            if overflow is not None:
+                cfg.overflow = overflow
+        self.save_config()
+        if model_changed:
+            self.stop()
+            self.load(ModelOptions(**model.__dict__))
+            return "reload"
+        if spec_changed and self.engine is not None:
+            self.stop()
+            self._start(self._spec_thread, self.engine, spec.copy(), name="apply")
+            return "rebuild"
+        return "saved"
+
+    def rebuild_chain(self) -> bool:
+        """Build the chain for the configured speculation again (e.g. settings applied while loading)."""
+        if self.engine is None:
+            return False
+        self.stop()
+        self._start(self._spec_thread, self.engine, self.config.spec.copy(), name="apply")
+        return True
+
+    def _spec_thread(self, engine: Any, spec: SpecParams) -> None:
+        with self.engine_lock:
+            store, warnings = self.store, []
+            if store is None:
+                store, warnings = self._open_store(engine, spec)
+            try:
+                chain = engine.set_spec(spec, resources=store.resources() if store is not None else None)
+            except Exception as e:
+                self.post(SpecApplied(dict(getattr(engine.chain, "skipped", {}) or {}), describe(e), store, warnings))
+                return
+            self.post(SpecApplied(dict(getattr(chain, "skipped", {}) or {}), None, store, warnings))
+
+    # -- the conversation --------------------------------------------------------------------
+    def conversation(self, upto: int | None = None) -> list[dict]:
+        """The messages the model is given (before any cut to fit the context)."""
+        msgs: list[dict] = []
+        if self.system_prompt.strip():
+            msgs.append({"role": "system", "content": self.system_prompt})
+        for t in self.turns[:upto]:
+            if t.sent_to_model:
+                msgs.append({"role": t.role, "content": t.text})
+        return msgs
+
+    def sent_messages(self, limit: int = 200) -> list[str]:
+        """What the person sent before (oldest first), for the prompt's Up/Down."""
+        if self.history is None:
+            return []
+        try:
+            return self.history.sent_messages(limit)
+        except Exception:
+            return []
+
+    def _ensure_chat(self) -> None:
+        if self.chat_id is not None or self.history is None:
+            return
+        self.chat_id = self.history.create_chat(system_prompt=self.system_prompt, model=self.model_label)
+
+    def send(self, text: str) -> Turn | None:
+        """Add the person's message and start the reply.
+
+        Returns the reply's turn; None when the message was queued because the
+        model is still loading. Raises :class:`SessionError` when it cannot be sent.
+        """
+        text = text.strip("\n")
+        if not text.strip():
+            raise SessionError("the message is empty")
+        if self.job is not None:
+            raise SessionError("a reply is still being written — Esc stops it")
+        if self.engine is None:
+            if self.loading:
+                self.queued = text
+                return None
+            raise SessionError("no model is loaded — pick one above")
+        self._ensure_chat()
+        turn = Turn("user", text)
+        self.turns.append(turn)
+        if self.history is not None and self.chat_id is not None:
+            turn.msg_id = self.history.add_message(self.chat_id, "user", text)
+            if not self.title:
+                self.title = storage.title_from(text)
+        return self.start_reply()
+
+    def start_reply(self) -> Turn:
+        """Write a reply to the conversation as it stands (the last turn is the person's)."""
+        if self.engine is None:
+            raise SessionError("no model is loaded")
+        if self.job is not None:
+            raise SessionError("a reply is still being written — Esc stops it")
+        self._ensure_chat()
+        messages = self.conversation()
+        turn_index = [i for i, t in enumerate(self.turns) if t.sent_to_model]
+        turn = Turn("assistant", status=storage.STREAMING)
+        if self.history is not None and self.chat_id is not None:
+            turn.msg_id = self.history.add_message(self.chat_id, "assistant", "", status=storage.STREAMING)
+        self.turns.append(turn)
+        job = ReplyJob(turn, messages, turn_index)
+        self.job = job
+        job.thread = self._start(self._reply_thread, job, self.engine, self.config.max_tokens,
+                                 dataclasses.replace(self.config.sampling), self.config.overflow,
+                                 name=f"reply-{turn.key}")
+        return turn
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.job.cancel.set()
+
+    # -- the reply thread ---------------------------------------------------------------------
+    def _reply_thread(self, job: ReplyJob, engine: ChatEngine, max_tokens: int, sampling: SamplingParams,
+                      overflow: str) -> None:
+        key = job.turn.key
+        with self.engine_lock:
+            if job.cancel.is_set() and self.engine is not engine:
+                self.post(ReplyFailed(key, "the model was unloaded"))
+                return
+            try:
+                prompt, cut = fit_to_context(engine, job.messages, max_tokens, overflow, job.turn_index)
+                if cut is not None:
+                    self.post(ContextTrimmed(key, cut[0], cut[1], len(prompt), _engine_n_ctx(engine)))
+                stop = tuple(getattr(getattr(engine, "template", None), "stop_strings", ()) or ())
+                result = None
+                for ev in engine.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                                          cancel=job.cancel.is_set):
+                    if isinstance(ev, StepEvent):
+                        if ev.tokens:
+                            self._add_tokens(job, ev.tokens)
+                    elif isinstance(ev, StatsEvent):
+                        self.post(ReplyStats(key, dataclasses.replace(ev.stats)))
+                    elif isinstance(ev, FinishEvent):
+                        result = ev.result
+                if result is None:
+                    raise RuntimeError("the engine ended without a result")
+                store = self.store
+                learned = 0
+                if store is not None:
+                    # under the engine lock: the speculator reads the dynamic cache while drafting
+                    learned = store.learn(list(prompt) + list(result.tokens))
+            except Exception as e:
+                self.post(ReplyFailed(key, describe(e)))
+                return
+        self.post(ReplyDone(key, result))
+        if store is not None and learned:
+            self._save_lookup(store)
+
+    def _save_lookup(self, store: Any) -> None:
+        try:
+            res = store.save()
+        except Exception as e:
+            self.post(LookupSaved({"error": describe(e)}))
+            return
+        self.post(LookupSaved({"path": res.path, "skipped": res.skipped, "ngrams": res.ngrams,
+                               "entries": res.entries, "added_entries": res.added_entries,
+                               "warnings": list(res.warnings)}))
+
+    def _add_tokens(self, job: ReplyJob, tokens: Sequence[TokenEvent]) -> None:
+        now = time.perf_counter()
+        with job.lock:
+            for t in tokens:
+                if job.lstrip_pending:
+                    # a transcript's "Assistant:" is followed by a space the reply does not begin with
+                    stripped = t.text.lstrip()
+                    if stripped:
+                        job.lstrip_pending = False
+                    t.text = stripped
+                job.turn.tokens.append(t)
+                job.turn.arrived.append(now)
+            post = not job.signalled
+            job.signalled = True
+        if post:
+            self.post(TokensAdded(job.turn.key))
+
+    def new_tokens(self, turn: Turn, start: int) -> list[TokenEvent]:
+        """The tokens of ``turn`` from ``start`` on (safe while the reply is written)."""
+        job = self.job
+        if job is not None and job.turn is turn:
+            with job.lock:
+                return turn.tokens[start:]
+        return turn.tokens[start:]
+
+    # -- applying events (owner thread) ----------------------------------------------------------
+    def apply(self, ev: Any) -> None:
+        """Bring the session up to date with an event from one of its threads."""
+        handler = getattr(self, f"_on_{type(ev).__name__}", None)
+        if handler is not None:
+            handler(ev)
+
+    def _on_EngineReady(self, ev: EngineReady) -> None:
+        if self.closed:
+            with contextlib.suppress(Exception):
+                ev.engine.close()
+            self._closing_store(ev.store)
+            return
+        self.engine = ev.engine
+        self.store = ev.store
+        self.loading = False
+
+    def _on_EngineFailed(self, ev: EngineFailed) -> None:
+        self.loading = False
+        self.load_error = ev.error
+
+    def _on_SpecApplied(self, ev: SpecApplied) -> None:
+        if ev.store is not None and ev.store is not self.store:
+            self.store = ev.store
+
+    def _job_for(self, key: int) -> ReplyJob | None:
+        job = self.job
+        return job if job is not None and job.turn.key == key else None
+
+    def _on_TokensAdded(self, ev: TokensAdded) -> None:
+        job = self._job_for(ev.key)
+        if job is None:
+            return
+        with job.lock:
+            job.signalled = False
+            job.turn.text = "".join(t.text for t in job.turn.tokens)
+        now = time.perf_counter()
+        if self.history is not None and job.turn.msg_id is not None and now - job.last_saved >= self.SAVE_EVERY_S:
+            # the reply so far, so that a crash or a kill loses at most half a second of it
+            job.last_saved = now
+            self._store_turn(job.turn)
+
+    def _on_ReplyStats(self, ev: ReplyStats) -> None:
+        job = self._job_for(ev.key)
+        if job is not None:
+            job.live = ev.stats
+
+    def _on_ContextTrimmed(self, ev: ContextTrimmed) -> None:
+        if self._job_for(ev.key) is not None:
+            self.context_start = ev.first_kept
+
+    def _on_ReplyDone(self, ev: ReplyDone) -> None:
+        job = self._job_for(ev.key)
+        if job is None:
+            return
+        r = ev.result
+        turn = job.turn
+        with job.lock:
+            tokens = turn.tokens
+        # the reply is the engine's text (a stop string is never in it), less the leading
+        # whitespace the turn never showed; a finished reply ends at its last visible character
+        # (transcript models end their turn with a newline before the next "User:" line)
+        shown = "".join(t.text for t in tokens)
+        final = r.text.lstrip()
+        if r.finish_reason != STOP_CANCELLED:
+            final = final.rstrip()
+        if final != shown and shown.startswith(final):
+            tokens = storage.truncate_tokens(tokens, len(final))
+        turn.tokens = list(tokens)
+        turn.text = "".join(t.text for t in turn.tokens)
+        turn.stats = r.stats.to_dict()
+        turn.finish = r.finish_reason
+        turn.status = storage.CANCELLED if r.finish_reason == STOP_CANCELLED else storage.DONE
+        self.stats.add(r.stats, turn.tokens)
+        self._store_turn(turn, final=True)
+        self.job = None
+
+    def _on_ReplyFailed(self, ev: ReplyFailed) -> None:
+        job = self._job_for(ev.key)
+        if job is None:
+            return
+        turn = job.turn
+        turn.error = ev.error
+        turn.status = storage.ERROR
+        turn.text = "".join(t.text for t in turn.tokens)
+        if self.history is not None and turn.msg_id is not None:
+            if turn.tokens:
+                self.history.update_message(turn.msg_id, content=turn.text, tokens=turn.tokens,
+                                            status=storage.ERROR, finish_reason="error")
+            else:
+                self.history.delete_messages([turn.msg_id])
+                turn.msg_id = None
+        # the person's message that could not be answered is not sent again with the next one
+        idx = self.turns.index(turn) if turn in self.turns else -1
+        if idx > 0 and not turn.tokens and self.turns[idx - 1].role == "user":
+            self.turns[idx - 1].error = ev.error
+        self.job = None
+
+    def _on_LookupSaved(self, ev: LookupSaved) -> None:
+        self.lookup_last_save = ev.info
+
+    def _store_turn(self, turn: Turn, final: bool = False) -> None:
+        if self.history is None or turn.msg_id is None:
+            return
+        if final:
+            self.history.update_message(turn.msg_id, content=turn.text, tokens=turn.tokens, stats=turn.stats,
+                                        status=turn.status, finish_reason=turn.finish)
+        else:
+            self.history.update_message(turn.msg_id, content=turn.text, tokens=turn.tokens)
+
+    # -- editing the conversation ---------------------------------------------------------------
+    def regenerate(self) -> Turn:
+        """Drop the last reply and write it again."""
+        if self.job is not None or self.engine is None:
+            raise SessionError("wait for the reply to finish" if self.job else "no model is loaded")
+        if self.turns and self.turns[-1].role == "assistant":
+            last = self.turns.pop()
+            if self.history is not None and last.msg_id is not None:
+                self.history.delete_messages([last.msg_id])
+        if not self.turns or self.turns[-1].role != "user":
+            raise SessionError("nothing to regenerate yet")
+        self.turns[-1].error = None
+        return self.start_reply()
+
+    def edit_last(self) -> tuple[str, list[Turn]]:
+        """Take back the person's last message (and what followed): returns its text and the removed turns."""
+        if self.job is not None:
+            raise SessionError("stop the reply first (Esc)")
+        idx = max((i for i, t in enumerate(self.turns) if t.role == "user"), default=None)
+        if idx is None:
+            raise SessionError("no message of yours to edit")
+        gone = self.turns[idx:]
+        del self.turns[idx:]
+        if self.history is not None:
+            self.history.delete_messages([t.msg_id for t in gone if t.msg_id is not None])
+        self.context_start = min(self.context_start, len(self.turns))
+        return gone[0].text, gone
+
+    def set_system_prompt(self, text: str) -> None:
+        self.system_prompt = text.strip()
+        if self.history is not None and self.chat_id is not None:
+            self.history.set_system_prompt(self.chat_id, self.system_prompt)
+        self.config.system_prompt = self.system_prompt
+        self.saved_config.system_prompt = self.system_prompt
+        self.save_config()
+
+    def new_chat(self) -> None:
+        self._detach_job()
+        self.turns = []
+        self.chat_id = None
+        self.title = ""
+        self.context_start = 0
+        self.system_prompt = self.config.system_prompt
+
+    def _detach_job(self) -> None:
+        """Stop a reply that is being written; its end is still saved to its own chat."""
+        job = self.job
+        if job is None:
+            return
+        job.cancel.set()
+        with job.lock:
+            job.turn.text = "".join(t.text for t in job.turn.tokens)
+        job.turn.status = storage.CANCELLED
+        job.turn.finish = STOP_CANCELLED
+        self._store_turn(job.turn, final=True)
+        self.job = None
+
+    def resume(self, chat_id: int) -> None:
+        if self.history is None:
+            raise SessionError(self.history_error or "chat history is not available")
+        try:
+            chat = self.history.load_chat(chat_id)
+        except KeyError:
+            raise SessionError("that chat no longer exists") from None
+        self._detach_job()
+        self.chat_id = chat.id
+        self.title = chat.title
+        self.system_prompt = chat.system_prompt
+        self.context_start = 0
+        self.turns = [Turn(m.role, m.content, m.id, list(m.tokens), m.stats, m.status, m.finish_reason,
+                           "not answered" if m.status == storage.ERROR and m.role == "user" else None)
+                      for m in chat.messages]
+
+    def list_chats(self) -> list[storage.ChatSummary]:
+        return self.history.list_chats() if self.history is not None else []
+
+    def rename(self, chat_id: int, title: str) -> None:
+        if self.history is None:
+            return
+        self.history.rename_chat(chat_id, title)
+        if chat_id == self.chat_id:
+            self.title = title.strip() or "Untitled chat"
+
+    def delete(self, chat_id: int) -> bool:
+        """Delete a saved chat; True when it was the open one (the session is then a new chat)."""
+        if self.history is None:
+            return False
+        self.history.delete_chat(chat_id)
+        if chat_id == self.chat_id:
+            self.new_chat()
+            return True
+        return False
+
+    def export(self, path: str | os.PathLike, chat_id: int | None = None) -> Path:
+        from .fileutil import atomic_write_text
+        cid = chat_id if chat_id is not None else self.chat_id
+        if self.history is None or cid is None:
+            raise SessionError("nothing to export yet — send a message first")
+        p = Path(os.path.expanduser(str(path)))
+        atomic_write_text(p, storage.chat_to_markdown(self.history.load_chat(cid)))
+        return p
+
+    # -- lookup caches -------------------------------------------------------------------------
+    def lookup_figures(self) -> dict | None:
+        """Cache sizes and what each cache contributed (None when ngram-cache is not in use)."""
+        store = self.store
+        if store is None:
+            return None
+        from .lookup_store import LookupStore
+        info = {k: dataclasses.asdict(v) for k, v in store.info().items()}
+        contrib = LookupStore.contribution(self.engine) if self.engine is not None else {}
+        return {"folder": str(store.folder), "caches": info, "sources": contrib,
+                "pending_entries": store.pending_entries, "last_save": self.lookup_last_save}
+
+    def build_static_cache(self, files: Sequence[str] | None) -> None:
+        """Build the static cache from ``files`` (None: from the saved chats) in a thread."""
+        if self.store is None:
+            raise SessionError("the lookup caches are not in use: turn ngram-cache (or Automatic) on first")
+        if self._build_cancel is not None:
+            raise SessionError("a static cache is already being built")
+        self._build_cancel = threading.Event()
+        self._start(self._build_thread, self.store, list(files) if files is not None else None,
+                    self._build_cancel, name="build-static")
+
+    def cancel_build(self) -> None:
+        if self._build_cancel is not None:
+            self._build_cancel.set()
+
+    def _chats_corpus(self) -> str:
+        if self.history is None:
+            return ""
+        parts = []
+        for c in self.history.list_chats():
+            with contextlib.suppress(KeyError):
+                chat = self.history.load_chat(c.id)
+                parts.extend(m.content for m in chat.messages if m.content.strip())
+        return "\n\n".join(parts)
+
+    def _build_thread(self, store: Any, files: list[str] | None, cancel: threading.Event) -> None:
+        from .lookup_store import BuildCancelled
+        tmp = None
+        try:
+            if files is None:
+                fd, tmp = tempfile.mkstemp(prefix="chats-", suffix=".txt", dir=str(store.folder))
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(self._chats_corpus())
+                files = [tmp]
+
+            last = [0.0]
+
+            def progress(done: int, total: int, name: str) -> None:
+                now = time.perf_counter()
+                if done >= total or now - last[0] > 0.1:
+                    last[0] = now
+                    self.post(StaticBuildProgress(done, total, "saved chats" if name == tmp else
+                                                  os.path.basename(name)))
+            res = store.build_static(files, progress=progress, cancel=cancel.is_set)
+            self.post(StaticBuilt(dataclasses.asdict(res)))
+        except BuildCancelled:
+            self.post(StaticBuilt(None, "cancelled: the static cache was left as it was"))
+        except Exception as e:
+            self.post(StaticBuilt(None, describe(e)))
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+    def _on_StaticBuilt(self, ev: StaticBuilt) -> None:
+        self._build_cancel = None
+
+    # -- the end ---------------------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the reply (saved as stopped), save the lookup caches, free the model, close the history."""
+        if self.closed:
+            return
+        self.closed = True
+        job = self.job
+        self._detach_job()
+        if self._build_cancel is not None:
+            self._build_cancel.set()
+        if job is not None and job.thread is not None:
+            job.thread.join(timeout)
+        store, self.store = self.store, None
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            # wait (briefly) for a reply thread to notice the cancel before freeing the model
+            if self.engine_lock.acquire(timeout=timeout):
+                try:
+                    engine.close()
+                finally:
+                    self.engine_lock.release()
+        if self.history is not None:
+            self.history.close()
+
+
+def _model_key(m: ModelOptions) -> tuple:
+    ngl = -1 if m.n_gpu_layers is None else m.n_gpu_layers   # None and -1 both mean "automatic"
+    return (m.model or None, m.ctx_size, m.threads, ngl)
+
+
+def _engine_n_ctx(engine: Any) -> int:
+    ctx = getattr(engine, "ctx", None)
+    n = getattr(ctx, "n_ctx", None) or getattr(getattr(engine, "config", None), "n_ctx", None)
+    return int(n or 4096)
+
+
+# ---------------------------------------------------------------------------
+# fitting the conversation into the context
+# ---------------------------------------------------------------------------
+
+class ContextOverflow(UserError):
+    """The conversation (or one message) does not fit the context under the chosen policy."""
+
+
+def reply_room(n_ctx: int, max_tokens: int) -> int:
+    """Tokens kept free for the reply when older turns must go: a quarter of the context at most."""
+    return max(1, min(max_tokens, n_ctx // 4))
+
+
+def suggest_ctx(n_needed: int) -> int:
+    """The next context size (a multiple of 256) that holds ``n_needed`` tokens and a reply."""
+    n = max(256, n_needed + n_needed // 3)
+    return -(-n // 256) * 256
+
+
+def fit_to_context(engine: Any, messages: list[dict], max_tokens: int, policy: str,
+                   turn_index: Sequence[int] | None = None) -> tuple[list[int], tuple[int, int] | None]:
+    """The prompt for ``messages``, with older turns left out if it does not fit.
+
+    Returns ``(prompt tokens, cut)``; ``cut`` is None when everything fits,
+    else ``(index in turns of the first message kept, messages dropped)``
+    (``turn_index[i]`` is the turn of the i-th non-system message). Whole
+    messages are dropped, so the template's special tokens are never split:
+
+    - ``rolling``: the oldest messages after the system prompt go first;
+    - ``truncate-middle``: the first exchange stays, the ones after it go;
+    - ``stop``: nothing is dropped; a conversation that does not fit is an error.
+
+    The last message (the person's) always stays; if it cannot fit on its own,
+    :class:`ContextOverflow` says by how much and which context size would do.
+    """
+    n_ctx = _engine_n_ctx(engine)
+    prompt = engine.prompt_tokens(messages=messages)
+    room = reply_room(n_ctx, max_tokens)
+    if len(prompt) + room <= n_ctx:
+        return prompt, None
+    system = messages[:1] if messages and messages[0]["role"] == "system" else []
+    body = messages[len(system):]
+    last = body[-1:]
+    alone = engine.prompt_tokens(messages=system + last)
+    if len(alone) + room > n_ctx:
+        need = len(alone) + room
+        raise ContextOverflow(
+            f"this message needs {len(alone)} tokens of context (with the system prompt) plus room for "
+            f"the reply, {need} in all, but the context holds {n_ctx}; shorten it, or raise the context "
+            f"size to {suggest_ctx(need)} (settings F3, or -c {suggest_ctx(need)})")
+    if policy == "stop":
+        if len(prompt) < n_ctx - 1:
+            return prompt, None   # the reply stops when the context is full
+        raise ContextOverflow(
+            f"the conversation has {len(prompt)} tokens and the context holds {n_ctx} (with room for a reply); "
+            f"start a new chat (Ctrl+N), raise the context size, or choose a rolling window in settings (F3)")
+    # drop whole messages, oldest first (after the first exchange for truncate-middle); pairs stay
+    # together where they can, so the model never sees a reply without its question
+    keep_head = 2 if policy == "truncate-middle" and len(body) > 3 else 0
+    head = body[:keep_head]
+
+    def build(k: int) -> list[dict]:
+        return system + head + body[keep_head + k:]
+
+    lo, hi = 1, len(body) - keep_head - 1   # drop k messages from the middle/oldest; the last stays
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        toks = engine.prompt_tokens(messages=build(mid))
+        if len(toks) + room <= n_ctx:
+            best, hi = (mid, toks), mid - 1
+        else:
+            lo = mid + 1
+    if best is None:
+        k = len(body) - keep_head - 1
+        best = (k, engine.prompt_tokens(messages=build(k)))
+    k, toks = best
+    # a kept reply whose question was dropped: drop it too (never start with the model's own words)
+    if keep_head + k < len(body) - 1 and body[keep_head + k]["role"] == "assistant":
+        k += 1
+        toks = engine.prompt_tokens(messages=build(k))
+    first_kept_msg = keep_head + k
+    idx = list(turn_index) if turn_index is not None else list(range(len(body)))
+    first_kept = idx[first_kept_msg] if first_kept_msg < len(idx) else (idx[-1] if idx else 0)
+    return toks, (first_kept, k)
