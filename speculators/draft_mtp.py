@@ -1,0 +1,302 @@
+"""draft-mtp (``common_speculative_impl_draft_mtp``)
+-------------------------------------------------
+The draft context is an MTP context (``ctx_type = LLAMA_CONTEXT_TYPE_MTP``)
+against the target model itself (or a separate MTP-only GGUF given with
+``--spec-draft-model``), as ``common_speculative_init_result`` makes it:
+same ``n_ctx`` as the target, ``n_rs_seq = 0``, ``ctx_other`` = the
+target's context, one output per sequence. The target outputs its NextN
+embedding ``h`` for every token (``llama_set_embeddings_nextn(tgt, true,
+false)``); the MTP head at position ``p`` reads ``(x_p, h_{p-1})``. So
+``process`` decodes the target's batch on the MTP context with the target's
+rows shifted right by one and the last row of the previous batch
+(``pending_h``) in front; ``draft`` decodes ``id_last`` with ``pending_h``,
+then each drafted token with the MTP head's own ``h`` output (single head),
+re-decodes the whole draft under each head (chained heads, Step-3.5), or
+stays at ``pos0`` (shared-memory heads, Gemma 4 assistants); ``accept(n)``
+keeps the verify row ``n`` as the next ``pending_h``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as lc
+
+from . import ext
+from .base import DraftRequest
+from .chain import Unavailable, register
+from .hidden_base import _TargetFed, _TokEmbdBatch, _enable_output, _engine_parts, _require, _rows, pick_top_k
+from .llama import Context, Model, ModelError
+from .params import SpecParams
+from .types import SpecType
+
+log = logging.getLogger("speculators.draft_hidden")
+
+
+LLAMA_CONTEXT_TYPE_MTP = 1
+
+MTP_SYMBOLS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn",
+               "llama_get_embeddings_nextn_ith", "llama_set_nextn_layer_offset",
+               "llama_get_ctx_other", "llama_model_n_layer_nextn", "llama_model_n_embd_out")
+
+
+class DraftMTP(_TargetFed):
+    """Multi-token-prediction heads of the target; see the module docstring."""
+
+    type = SpecType.DRAFT_MTP
+
+    def __init__(self, params: SpecParams, target_ctx: Context, draft_model: Model, *,
+                 n_threads: int | None = None, owns_model: bool = False,
+                 frees_model: bool = False):
+        """``owns_model``: release ``draft_model`` to the draft-model cache on close;
+        ``frees_model``: free it on close (a private reload of the target)."""
+        d = params.draft
+        super().__init__(n_max=d.n_max)
+        self.p_min = float(d.p_min)
+        self.n_min = int(d.n_min)
+        self.n_max_param = int(d.n_max)
+        self.tgt = target_ctx
+        self.model = draft_model
+        self._owns_model = owns_model
+        self._frees_model = frees_model
+        tgt_model = target_ctx.model
+        n_embd_out = ext.require("llama_model_n_embd_out")
+        self.n_embd = int(n_embd_out(draft_model.ptr))
+        n_embd_tgt = int(n_embd_out(tgt_model.ptr))
+        if self.n_embd != n_embd_tgt:
+            raise Unavailable(
+                f"the MTP head's hidden size {self.n_embd} does not match the target's {n_embd_tgt}")
+        self.n_mtp_layers = max(1, int(ext.require("llama_model_n_layer_nextn")(draft_model.ptr)))
+        overrides = {
+            "ctx_type": LLAMA_CONTEXT_TYPE_MTP,
+            "n_rs_seq": 0,
+            "ctx_other": target_ctx.ptr,
+            "n_outputs_max": 1,
+            "n_outputs_max_per_seq": 1,
+        }
+        try:
+            self.ctx = Context(draft_model, n_ctx=target_ctx.n_ctx, n_batch=target_ctx.n_batch,
+                               n_threads=n_threads or target_ctx.n_threads, overrides=overrides)
+        except ModelError as e:
+            raise Unavailable(f"cannot create the MTP draft context: {e}") from None
+        self._set_nextn = ext.require("llama_set_embeddings_nextn")
+        self._get_nextn = ext.require("llama_get_embeddings_nextn")
+        self._get_nextn_ith = ext.require("llama_get_embeddings_nextn_ith")
+        self._set_offset = ext.require("llama_set_nextn_layer_offset")
+        _enable_output(target_ctx, "nextn", True)
+        self._set_nextn(self.ctx.ptr, True, True)
+        other = ext.require("llama_get_ctx_other")(self.ctx.ptr)
+        self.is_mem_shared = bool(other) and other == target_ctx.ptr
+        self.chain_heads = self.n_mtp_layers > 1 and not self.is_mem_shared
+        if self.chain_heads:
+            self.n_max_param = min(self.n_max_param, self.n_mtp_layers)
+        self.n_max = self.n_max_param
+        self.batch = _TokEmbdBatch(self.ctx.n_batch, self.n_embd)
+        self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
+        #: position the pending_h row pairs with (-1: unknown)
+        self.pending_pos = 0
+        self.verify_h = np.zeros((0, self.n_embd), dtype=np.float32)
+        self.verify_pos0 = 0
+        self.n_process_calls = 0
+        self.n_draft_decodes = 0
+        #: target batches that were replays of an accepted prefix and needed no MTP decode
+        self.n_replays_skipped = 0
+        #: (pos0, tokens, row before pos0) of the last target batch mirrored on the MTP context
+        self._last_batch: tuple[int, list[int], np.ndarray] | None = None
+        self._attach(target_ctx)
+
+    # -- the target's batches ------------------------------------------------------------
+    def _process(self, tokens: list[int], pos0: int) -> None:
+        n = len(tokens)
+        if n == 0:
+            return
+        self.n_process_calls += 1
+        h_tgt = _rows(self._get_nextn(self.tgt.ptr), n, self.n_embd)
+        last = self._last_batch
+        replay = (last is not None and pos0 != self.pending_pos and pos0 == last[0]
+                  and n <= len(last[1]) and tokens == last[1][:n])
+        if replay and self.pending_pos == pos0 + n and (
+                self.is_mem_shared or self.ctx.pos_max() == pos0 + n - 1):
+            # The engine's checkpoint rollback re-decodes the accepted part of the last verify
+            # batch. The MTP cells of those positions were written by the verify with these very
+            # inputs and kept by accept(), which also took the pending row: nothing to redo, and
+            # the state is exactly what a target that drops a partial sequence would leave.
+            self.n_replays_skipped += 1
+            return
+        if not self.is_mem_shared:
+            if replay:
+                first_h = last[2]  # the row before the batch, as the verify had it
+            elif pos0 == self.pending_pos:
+                first_h = self.pending_h
+            else:
+                first_h = np.zeros(self.n_embd, np.float32)
+                if pos0 != 0:
+                    log.debug("draft-mtp: no hidden state for position %d; using zeros", pos0 - 1)
+            self._last_batch = (pos0, list(tokens), first_h.copy())
+            ctx = self.ctx
+            ctx.seq_rm(pos0, -1)  # drop the drafts (and anything past pos0) of the last round
+            b = self.batch
+            start = 0
+            while start < n:  # the target's chunk never exceeds n_batch, but be safe
+                m = min(n - start, b.n_max)
+                b.clear()
+                for k in range(m):
+                    j = start + k
+                    b.add(tokens[j], pos0 + j, False, first_h if j == 0 else h_tgt[j - 1])
+                for head in range(self.n_mtp_layers):
+                    if self.chain_heads:
+                        ctx.seq_rm(pos0 + start, -1)
+                        self._set_offset(ctx.ptr, head)
+                    rc = lc.llama_decode(ctx.ptr, b.b)
+                    if rc != 0:
+                        if self.chain_heads:
+                            self._set_offset(ctx.ptr, 0)
+                        ctx.seq_rm(pos0, -1)
+                        log.warning("draft-mtp: llama_decode on the MTP context failed (%d)", rc)
+                        self.pending_pos = -1
+                        return
+                    if not self.chain_heads:
+                        break
+                if self.chain_heads:
+                    self._set_offset(ctx.ptr, 0)
+                start += m
+        self.verify_h = np.array(h_tgt, dtype=np.float32, copy=True)
+        self.verify_pos0 = pos0
+        self.pending_h = self.verify_h[-1].copy()
+        self.pending_pos = pos0 + n
+
+    # -- the speculator hooks ----------------------------------------------------------------
+    def begin(self, prompt: Sequence[int]) -> None:
+        n = len(prompt)
+        if n and not self.is_mem_shared and self.ctx.pos_max() < n - 1:
+            log.warning("draft-mtp: the MTP context holds positions up to %d of a %d-token prompt; "
+                        "drafts may degrade", self.ctx.pos_max(), n)
+
+    def draft(self, req: DraftRequest) -> list[int]:
+        pos0 = req.pos0
+        if pos0 != self.pending_pos:
+            return []  # not in step with the target (should not happen)
+        ctx = self.ctx
+        b = self.batch
+        n_max = self.n_max_param if req.n_max < 0 else min(self.n_max_param, req.n_max)
+        if n_max <= 0:
+            return []
+        result: list[int] = []
+        chain_h = [self.pending_h.copy()] if self.chain_heads else None
+        if not self.is_mem_shared:
+            ctx.seq_rm(pos0, -1)  # cells at pos0.. would make the MTP decode fail
+        b.clear()
+        i_last = b.add(req.id_last, pos0, True, self.pending_h)
+        i = 0
+        try:
+            while True:
+                if self.chain_heads:
+                    ctx.seq_rm(pos0, -1)
+                    self._set_offset(ctx.ptr, i)
+                rc = lc.llama_decode(ctx.ptr, b.b)
+                self.n_draft_decodes += 1
+                if rc != 0:
+                    break
+                logits = ctx.logits(i_last)
+                tok, p = pick_top_k(logits, self.p_min)
+                h_row = _rows(self._get_nextn_ith(ctx.ptr, i_last), 1, self.n_embd)[0]
+                if p < self.p_min:
+                    break
+                result.append(tok)
+                if n_max <= len(result):
+                    break
+                b.clear()
+                if self.chain_heads:
+                    chain_h.append(h_row.copy())
+                    rows = [req.id_last] + result
+                    for t, tk in enumerate(rows):
+                        i_last = b.add(tk, pos0 + t, t == len(rows) - 1, chain_h[t])
+                elif self.is_mem_shared:
+                    i_last = b.add(tok, pos0, True, h_row)
+                else:
+                    i_last = b.add(tok, pos0 + i + 1, True, h_row)
+                i += 1
+        finally:
+            if self.chain_heads:
+                self._set_offset(ctx.ptr, 0)
+            if not self.is_mem_shared:
+                ctx.seq_rm(pos0, -1)  # the target's verify batch brings back what it keeps
+        if len(result) < self.n_min:
+            return []
+        return result
+
+    def accept(self, n_accepted: int, is_other: bool) -> None:
+        n_rows = self.verify_h.shape[0]
+        if n_rows <= 0:
+            return
+        i_h = min(n_accepted, n_rows - 1)
+        self.pending_h = self.verify_h[i_h].copy()
+        self.pending_pos = self.verify_pos0 + i_h + 1
+        if not self.is_mem_shared:
+            # drop the MTP cells of the rejected drafts, as EAGLE3 and DFlash drop theirs: the
+            # next draft decodes at pending_pos, which must be the first free position
+            self.ctx.seq_rm(self.pending_pos, -1)
+
+    def _output_keys(self) -> list:
+        return ["nextn"]
+
+    def close(self) -> None:
+        self._release_target()
+        if getattr(self, "batch", None) is not None:
+            self.batch.free()
+            self.batch = None  # type: ignore[assignment]
+        self._release_draft()
+
+
+@register(SpecType.DRAFT_MTP)
+def make_draft_mtp(params: SpecParams, resources: dict) -> DraftMTP:
+    """``common_speculative_init_result`` for draft-mtp, then the speculator.
+
+    The MTP heads come from the target itself (its NextN layers) unless a
+    separate MTP GGUF is set with ``--spec-draft-model``. When the target was
+    loaded without its NextN layers (llama.cpp skips them unless asked), the
+    target file is loaded once more with them, as the reference does for a
+    separate draft file.
+    """
+    _require(*MTP_SYMBOLS)
+    target, engine = _engine_parts(resources)
+    n_nextn = int(ext.require("llama_model_n_layer_nextn")(target.ptr))
+    d = params.draft
+    draft_model: Model | None = resources.get("mtp_model")
+    owned = frees = False
+    if draft_model is None and d.model:
+        from .draft_simple import acquire_draft_model
+        try:
+            draft_model = acquire_draft_model(d.model, d.n_gpu_layers)
+        except ModelError as e:
+            raise Unavailable(str(e)) from None
+        owned = True
+        if int(ext.require("llama_model_n_layer_nextn")(draft_model.ptr)) <= 0:
+            from .draft_simple import release_draft_model
+            release_draft_model(draft_model)
+            raise Unavailable(f"the draft model {d.model} has no MTP (NextN) layers")
+    if draft_model is None:
+        if n_nextn <= 0:
+            raise Unavailable(f"the target model {target.path} has no MTP (NextN) layers "
+                              f"(arch {target.meta('general.architecture')})")
+        if getattr(target, "load_mtp", False):
+            draft_model = target
+        else:
+            try:
+                draft_model = Model(target.path, n_gpu_layers=engine.config.n_gpu_layers, load_mtp=True)
+            except ModelError as e:
+                raise Unavailable(f"cannot load the MTP layers of {target.path}: {e}") from None
+            frees = True
+    try:
+        return DraftMTP(params, engine.ctx, draft_model, n_threads=engine.config.n_threads,
+                        owns_model=owned, frees_model=frees)
+    except Exception:
+        if owned:
+            from .draft_simple import release_draft_model
+            release_draft_model(draft_model)
+        elif frees:
+            draft_model.close()
+        raise
