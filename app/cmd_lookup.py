@@ -209,8 +209,7 @@ def _stats(args: argparse.Namespace) -> int:
         raise CliError("--ctx-size must be at least 2")
     if args.draft_max < 1:
         raise CliError("--draft-max must be at least 1")
-    with open(args.text, encoding="utf-8") as f:
-        text = f.read()
+    text = ls.read_prompt_text(args.text)  # as llama-lookup-stats -f reads it
     path = _model_path(args.model)
     notes: list[str] = []
     with ls.open_vocab(path) as model:

@@ -1023,6 +1023,17 @@ def _chunks(text: str, size: int = _CHUNK_CHARS) -> Iterable[str]:
         i = j
 
 
+def read_prompt_text(path: str | os.PathLike) -> str:
+    """A text file as llama.cpp's ``-f``/``--file`` reads a prompt: the bytes as they are
+    (no newline translation), less one trailing ``\\n`` (``common/arg.cpp`` pops it).
+
+    ``llama-lookup-create -f`` and ``llama-lookup-stats -f`` read their corpus this way,
+    so counting the final newline would add one n-gram occurrence that they do not have.
+    """
+    text = Path(path).read_bytes().decode("utf-8", "replace")
+    return text[:-1] if text.endswith("\n") else text
+
+
 def build_static_cache(model, files: Sequence[str | os.PathLike],
                        progress: Callable[[int, int, str], None] | None = None,
                        cancel: Callable[[], bool] | None = None) -> tuple[NgramCache, int]:
@@ -1030,7 +1041,8 @@ def build_static_cache(model, files: Sequence[str | os.PathLike],
 
     Each file is tokenized as lookup-create tokenizes its prompt (BOS added
     when the model adds one, special tokens parsed) and its 2-grams
-    (``LLAMA_NGRAM_STATIC``) counted; n-grams do not span files. Files over
+    (``LLAMA_NGRAM_STATIC``) counted; n-grams do not span files. Each file is read
+    as ``-f`` reads it (:func:`read_prompt_text`: one trailing newline dropped). Files over
     4 Mi characters are tokenized in pieces cut at line breaks (the only
     difference from one call, and only at those cuts). For a single small
     file the result, saved, is byte for byte what lookup-create writes.
@@ -1045,9 +1057,7 @@ def build_static_cache(model, files: Sequence[str | os.PathLike],
     for f in files:
         if cancel is not None and cancel():
             raise BuildCancelled()
-        raw = f.read_bytes()
-        text = raw.decode("utf-8", "replace")
-        del raw
+        text = read_prompt_text(f)
         carry: list[int] = []
         first = True
         fsize = os.path.getsize(f)
