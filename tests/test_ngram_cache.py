@@ -8,7 +8,8 @@ Expected values are worked out by hand in the comments from llama.cpp's
   ``_Hashtable`` insertion and rehash (``_M_insert_bucket_begin``,
   ``_M_rehash_aux``, ``_Prime_rehash_policy::_M_need_rehash``), against
   which :func:`stl_order` is checked;
-* when g++ and llama.cpp's sources are on this machine, a differential test
+* when g++ and llama.cpp's sources are on this machine (``python tools/native.py
+  fetch`` unpacks the pinned sdist outside the checkout), a differential test
   compiles the real ``ngram-cache.cpp`` and compares update, save (byte
   for byte), load, merge and draft on random inputs (skipped otherwise).
 
@@ -23,7 +24,6 @@ llama.cpp code writes for the same history.
 
 from __future__ import annotations
 
-import glob
 import os
 import random
 import shutil
@@ -725,8 +725,22 @@ def test_draft_speed_with_long_history():
 # against the real C++ (when it can be compiled here)
 # ---------------------------------------------------------------------------
 
-_LLAMA_COMMON = [os.environ.get("DRAFTLIGHT_LLAMA_CPP_COMMON", "")] + sorted(
-    glob.glob("/work/build/src/llama_cpp_python-*/vendor/llama.cpp/common"))
+def _native_common() -> str:
+    """llama.cpp's common/ in the pinned sdist that tools/native.py fetches and unpacks
+    (outside the checkout; ``.ci/run`` does it before the tests)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "native.py")
+    if not os.path.isfile(path):
+        return ""
+    spec = importlib.util.spec_from_file_location("draftlight_native_tool", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return str(mod.src_dir() / "common")
+
+
+# DRAFTLIGHT_LLAMA_CPP_COMMON wins; else the sdist tools/native.py unpacked (read at import,
+# before the tests' private XDG dirs are set)
+_LLAMA_COMMON = [os.environ.get("DRAFTLIGHT_LLAMA_CPP_COMMON", ""), _native_common()]
 _LLAMA_COMMON = next((d for d in _LLAMA_COMMON if d and os.path.exists(os.path.join(d, "ngram-cache.cpp"))), None)
 
 _HARNESS = r"""
@@ -759,7 +773,8 @@ _STUBS = {
 
 
 @pytest.mark.skipif(shutil.which("g++") is None or _LLAMA_COMMON is None,
-                    reason="needs g++ and llama.cpp's common/ngram-cache.cpp")
+                    reason="needs g++ and llama.cpp's common/ngram-cache.cpp "
+                           "(python tools/native.py fetch, or DRAFTLIGHT_LLAMA_CPP_COMMON)")
 def test_differential_against_llama_cpp(tmp_path):
     for name in ("ngram-cache.h", "ngram-cache.cpp"):
         shutil.copy(os.path.join(_LLAMA_COMMON, name), tmp_path / name)
