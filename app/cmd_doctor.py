@@ -302,6 +302,8 @@ def _paths() -> dict:
         "data": dir_info(paths.data_dir()),
         "cache": dir_info(paths.cache_dir()),
         "models": dir_info(paths.models_dir()),
+        "lookup": dir_info(paths.lookup_dir()),
+        "history": {"path": str(paths.history_db()), "exists": paths.history_db().exists()},
         "config_file": {"path": str(paths.config_file()), "exists": paths.config_file().exists()},
     }
 
@@ -406,7 +408,7 @@ def format_text(r: dict) -> str:
     if _err(p):
         row("error", _err(p))
     else:
-        for key in ("config", "data", "cache", "models"):
+        for key in ("config", "data", "cache", "models", "lookup"):
             info = p[key]
             state = (f"{human_size(info.get('size'))} in {info.get('files')} files"
                      + (" (more not counted)" if info.get("truncated") else "")) if info["exists"] else "not created yet"

@@ -70,7 +70,8 @@ def test_doctor_json_is_complete_and_quick(private_dirs, tmp_path):
     assert p["config"]["path"] == str(Path(os.environ["XDG_CONFIG_HOME"]) / "draftlight")
     assert p["data"]["path"] == str(Path(os.environ["XDG_DATA_HOME"]) / "draftlight")
     assert p["cache"]["path"] == str(Path(os.environ["XDG_CACHE_HOME"]) / "draftlight")
-    for key in ("config", "data", "cache", "models", "config_file"):
+    assert p["lookup"]["path"] == str(Path(os.environ["XDG_DATA_HOME"]) / "draftlight" / "lookup")
+    for key in ("config", "data", "cache", "models", "lookup", "history", "config_file"):
         assert Path(p[key]["path"]).is_relative_to(private_dirs)
     m = report["default_model"]
     assert Path(m["path"]).is_relative_to(private_dirs) and m["exists"] is False

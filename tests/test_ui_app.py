@@ -570,3 +570,101 @@ async def test_command_line_flags_win_but_are_not_saved_by_the_app():
     assert on_disk.ui_get("colouring") is False
     # ... but not the one-off flags
     assert on_disk.sampling.temperature == 0.8 and on_disk.spec.types == [] and on_disk.max_tokens == 1024
+
+
+async def test_the_drafted_run_line_does_not_outlive_the_focused_message():
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        reply = await send_and_wait(pilot, app)
+        reply.focus()
+        await pilot.press("right")
+        await pilot.pause()
+        assert "run 1/2" in str(app.query_one(Legend).render())
+        app.query_one(PromptInput).focus()
+        await pilot.pause()
+        assert "run 1/2" not in str(app.query_one(Legend).render())
+        assert "ngram-mod" in str(app.query_one(Legend).render())   # the legend is back
+        reply.focus()
+        await pilot.press("right")
+        await pilot.pause()
+        app.action_new_chat()
+        await pilot.pause()
+        assert "run 1/2" not in str(app.query_one(Legend).render())
+
+
+async def test_welcome_text_follows_the_speculation_setting():
+    app, _ = make_app(spec="")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        assert "turn speculators on" in str(app.query_one("#welcome").render())
+    app, _ = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        text = str(app.query_one("#welcome").render())
+        assert "turn speculators on" not in text and "speculation settings" in text
+
+
+async def test_a_resumed_chat_opens_at_its_latest_message_and_tab_goes_there():
+    app, engine = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        for i in range(6):
+            await send_and_wait(pilot, app, f"message {i}")
+        cid = app.chat_id
+        app.action_new_chat()
+        await pilot.pause()
+        app.resume_chat(cid)
+        await pilot.pause()
+        await pilot.pause(0.1)
+        conv = app.query_one("#conversation")
+        assert conv.max_scroll_y > 0 and conv.scroll_y == conv.max_scroll_y
+        app.query_one(PromptInput).focus()
+        await pilot.press("tab")
+        assert app.focused is app._views()[-1]
+
+
+async def test_the_chats_list_shows_its_own_keys():
+    from textual.widgets import Footer
+    app, _ = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send_and_wait(pilot, app, "one")
+        await pilot.press("f2")
+        await pilot.pause()
+        screen = app.screen
+        assert type(screen).__name__ == "ChatsScreen" and screen.query(Footer)
+        shown = {ab.binding.action for ab in screen.active_bindings.values() if ab.binding.show}
+        assert {"new", "rename", "delete", "export", "close"} <= shown
+        assert "regenerate" not in shown and "settings" not in shown   # the chat's keys do not apply here
+
+
+async def test_the_top_bar_keeps_the_state_at_80_columns():
+    app, _ = make_app(spec="ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(pilot, app)
+        await pilot.pause()
+        top = str(app.query_one("TopBar").render())
+        assert top.rstrip().endswith("ready") and not top.rstrip().endswith("·")
+        assert "5 speculators" in top
+        legend = str(app.query_one(Legend).render())
+        assert "mod" in legend and "cache" in legend and "…" not in legend
+
+
+async def test_a_chat_past_a_small_context_keeps_going_and_marks_what_the_model_no_longer_sees():
+    from tests.test_session import CountingEngine, words
+    engine = CountingEngine(n_ctx=120)
+    app, _ = make_app(engine=engine)
+    app.config.max_tokens = 16
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        for i in range(10):
+            app.send(words(10, f"m{i}"))
+            await until(pilot, lambda: app.job is None)
+        await pilot.pause()
+        marker = app.query(".context-cut")
+        assert marker and "no longer sees" in str(marker.first().render())
+        views = app._views()
+        first_seen = app.session.turns[app.session.context_start].key
+        idx = [v.key for v in views].index(first_seen)
+        # the marker sits right before the first message the model still sees
+        conv_children = list(app.query_one("#conversation").children)
+        assert conv_children.index(marker.first()) == conv_children.index(views[idx]) - 1
+        assert all(not v.has_class("-error") for v in views)

@@ -581,10 +581,11 @@ def availability(engine: Any, draft_model: str | None) -> dict[str, str | None]:
         elif t in _DRAFTER_LABEL:
             label = _DRAFTER_LABEL[t]
             ok = (arch or "").lower() == "eagle3" if t is SpecType.DRAFT_EAGLE3 else t.value in drafter_types
+            article = "an" if label[:1].upper() in "AEIOU" else "a"   # an EAGLE3, a DFlash, a DSpark
             if not draft_model:
-                reason = f"needs an {label} drafter: set the draft model under draft-simple"
+                reason = f"needs {article} {label} drafter: set the draft model under draft-simple"
             elif not ok:
-                reason = f"needs an {label} drafter; the draft model is not one"
+                reason = f"needs {article} {label} drafter; the draft model is not one"
         if reason is None and t.value in skipped:
             reason = skipped[t.value]
         out[t.value] = reason
