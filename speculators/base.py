@@ -157,6 +157,17 @@ class Speculator:
     def accept(self, n_accepted: int, is_other: bool) -> None:
         """The target accepted ``n_accepted`` tokens of the last draft."""
 
+    def draft_cut(self, n_kept: int) -> None:
+        """Only the first ``n_kept`` tokens of the last draft go to verification.
+
+        The adaptive controller cuts drafts to the length it expects to pay;
+        the acceptance then reported is out of the cut draft. A speculator
+        that remembers its last draft's length in ``n_draft_last`` (ngram-mod
+        judges its acceptance fraction by it) sees the verified length.
+        """
+        if isinstance(getattr(self, "n_draft_last", None), int):
+            self.n_draft_last = min(self.n_draft_last, n_kept)
+
     def get_state(self) -> bytes | None:
         """Serialise per-sequence state, or None when there is none."""
         return None

@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Sequence
 
 from .base import DraftRequest, Speculator, SpeculatorStats
 from .params import ParamError, SpecParams
-from .types import PRIORITY, SpecType
+from .types import NGRAM_TYPES, PRIORITY, SpecType
 
 #: type -> factory(params, resources) returning a Speculator, or raising
 #: :class:`Unavailable` with a reason when what it needs is not loaded.
@@ -79,6 +79,10 @@ class SpeculatorChain:
         self.last: Speculator | None = None
         #: types that were asked for but could not be built, with the reason
         self.skipped: dict[str, str] = {}
+        #: with ``--spec-type auto``: each type, whether it is used, and why
+        self.auto_plan: list | None = None
+        #: whether the adaptive controller decides the drafts (speculators.controller)
+        self.adaptive = False
         self.synth_rates: list[float] = list(synth_rates)
         self.synth_probs: list[float] = []
         prev = 1.0
@@ -100,8 +104,15 @@ class SpeculatorChain:
         resources = resources or {}
         specs: list[Speculator] = []
         skipped: dict[str, str] = {}
+        plan = None
+        wanted = list(params.types)
+        if params.is_auto:
+            from .auto import auto_plan_for_resources
+            plan = auto_plan_for_resources(params, resources)
+            wanted = [SpecType(c.name) for c in plan if c.used]
+        built: dict[str, str] = {}
         for t in PRIORITY:
-            if t not in params.types:
+            if t not in wanted:
                 continue
             factory = _REGISTRY.get(t)
             if factory is None:
@@ -111,10 +122,20 @@ class SpeculatorChain:
                 specs.append(factory(params, resources))
             except Unavailable as e:
                 skipped[t.value] = str(e)
+            except Exception as e:
+                if plan is None or t in NGRAM_TYPES:
+                    raise
+                # auto: a model-based type that cannot be built is left out, with the reason
+                skipped[t.value] = str(e) or e.__class__.__name__
         n_max_eff = max([max(0, s.n_max) for s in specs], default=0)
         rates = resolve_synth_rates(params, n_max_eff)
         chain = cls(specs, rates)
         chain.skipped = skipped
+        if plan is not None:
+            from .auto import AutoChoice
+            chain.auto_plan = [AutoChoice(c.name, False, skipped[c.name]) if c.used and c.name in skipped else c
+                               for c in plan]
+        chain.adaptive = params.adaptive_on and not rates
         return chain
 
     # -- the four calls ------------------------------------------------------
@@ -161,6 +182,37 @@ class SpeculatorChain:
                 s.stats.n_gen_tokens += len(result)
                 return result
         return []
+
+    # -- the adaptive controller's calls (speculators.controller) ------------
+    def begin_step(self) -> None:
+        """A new step: no draft chosen yet."""
+        self.last = None
+
+    def ask(self, spec: Speculator, req: DraftRequest) -> tuple[list[int], float]:
+        """One speculator's proposal (cut to ``req.n_max``) and the seconds it took.
+
+        Counted as a draft call; it becomes a draft of the chain only if
+        :meth:`commit` is called with it.
+        """
+        t0 = time.perf_counter()
+        result = list(spec.draft(req))
+        dt = time.perf_counter() - t0
+        spec.stats.t_draft_us += dt * 1e6
+        spec.stats.n_call_draft += 1
+        if req.n_max > 0 and len(result) > req.n_max:
+            result = result[: req.n_max]
+        return result, dt
+
+    def commit(self, spec: Speculator, draft: Sequence[int], n_proposed: int | None = None) -> None:
+        """``draft`` (from ``spec``, maybe cut from ``n_proposed`` tokens) goes to verification."""
+        if not draft:
+            self.last = None
+            return
+        self.last = spec
+        spec.stats.n_gen_drafts += 1
+        spec.stats.n_gen_tokens += len(draft)
+        if n_proposed is not None and len(draft) < n_proposed:
+            spec.draft_cut(len(draft))
 
     def accept(self, n_accepted: int) -> None:
         """Credit the last drafter; tell the others with ``is_other``."""

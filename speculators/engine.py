@@ -34,6 +34,8 @@ import llama_cpp as lc
 
 from .base import DraftRequest
 from .chain import SpeculatorChain
+from .controller import Controller, ControllerParams
+from .costcurve import CostCurve, curve_for
 from .events import (
     STOP_CANCELLED, STOP_CONTEXT, STOP_EOG, STOP_LENGTH, STOP_STRING,
     Event, FinishEvent, GenerationResult, GenerationStats, StatsEvent, StepEvent, TokenEvent,
@@ -60,8 +62,12 @@ class EngineConfig:
     force_checkpoints: bool = False
     #: reuse the KV cache of a common prompt prefix between generations
     reuse_prefix: bool = True
-    #: load the target's NextN/MTP layers (None: when the initial spec asks for draft-mtp)
+    #: load the target's NextN/MTP layers (None: when the initial spec asks for draft-mtp,
+    #: or is ``auto`` and the model has MTP heads)
     load_mtp: bool | None = None
+    #: where the verify-cost curve measured for the adaptive controller is kept
+    #: (one small JSON file per model file, device and thread count; None: not kept)
+    cost_cache_dir: str | None = None
 
 
 @dataclass
@@ -79,8 +85,12 @@ class Engine:
                  spec: SpecParams | None = None, model: Model | None = None):
         self.config = config or EngineConfig()
         c = self.config
-        load_mtp = c.load_mtp if c.load_mtp is not None else (
-            spec is not None and SpecType.DRAFT_MTP in spec.types)
+        load_mtp = c.load_mtp
+        if load_mtp is None:
+            load_mtp = spec is not None and SpecType.DRAFT_MTP in spec.types
+            if spec is not None and spec.is_auto:
+                from .auto import target_has_mtp
+                load_mtp = target_has_mtp(model_path)
         self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers, load_mtp=load_mtp)
         self.ctx = Context(self.model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads)
         self.seq_rm_type = self.ctx.can_seq_rm()
@@ -99,6 +109,12 @@ class Engine:
         self.kv_tokens: list[int] = []
         self.spec = spec or SpecParams()
         self.chain: SpeculatorChain | None = None
+        #: the verify-cost curve (measured or read from the cache when the controller first needs it;
+        #: set it beforehand to use a given one)
+        self.cost_curve: CostCurve | None = None
+        #: the adaptive controller of the current chain (None when off)
+        self.controller: Controller | None = None
+        self.controller_params = ControllerParams()
         self.set_spec(self.spec)
 
     # -- speculation ---------------------------------------------------------
@@ -107,11 +123,36 @@ class Engine:
         res = {"model": self.model, "engine": self}
         res.update(resources or {})
         chain = SpeculatorChain.from_params(params, res)
+        controller = None
+        if chain.adaptive and chain.speculators:
+            try:
+                controller = Controller(chain, self._cost_curve(), self.controller_params)
+            except BaseException:
+                chain.close()
+                raise
         if self.chain is not None:
             self.chain.close()
         self.spec = params
         self.chain = chain
+        self.controller = controller
         return chain
+
+    @property
+    def auto_plan(self) -> list | None:
+        """With ``auto``: (type, used, reason) for every type; None otherwise."""
+        return self.chain.auto_plan if self.chain is not None else None
+
+    def _cost_curve(self) -> CostCurve:
+        """The verify-cost curve: given, cached for this model and device, or measured now."""
+        if self.cost_curve is None:
+            c = self.config
+            self.kv_tokens = []
+            try:
+                self.cost_curve = curve_for(self.ctx, self.model, str(self.model.path), self.ctx.n_threads,
+                                            c.n_gpu_layers, c.cost_cache_dir)
+            finally:
+                self.kv_tokens = []
+        return self.cost_curve
 
     # -- prompts ---------------------------------------------------------------
     def prompt_tokens(self, messages: Sequence[dict] | None = None, text: str | None = None,
@@ -154,9 +195,10 @@ class Engine:
         synth_rng = random.Random(None if sampler.seed == DEFAULT_SEED else sampler.seed)
         stats = GenerationStats(n_prompt=len(prompt), synthetic=bool(synth_probs))
         base_spec_stats = chain.stats()
+        ctrl = self.controller if self.controller is not None and self.controller.chain is chain else None
         try:
             yield from self._run(prompt, max_tokens, sampler, tuple(stop), cancel, chain, stats,
-                                 synth_probs, synth_rng, stats_interval_s, base_spec_stats)
+                                 synth_probs, synth_rng, stats_interval_s, base_spec_stats, ctrl)
         finally:
             sampler.close()
 
@@ -187,8 +229,13 @@ class Engine:
         return keep
 
     def _run(self, prompt, max_tokens, sampler: Sampler, stop, cancel, chain: SpeculatorChain,
-             stats: GenerationStats, synth_probs, synth_rng, stats_interval_s, base_spec_stats):
+             stats: GenerationStats, synth_probs, synth_rng, stats_interval_s, base_spec_stats,
+             ctrl: Controller | None = None):
         model, ctx = self.model, self.ctx
+        base_ctrl_stats = ctrl.snapshot() if ctrl is not None else None
+        if ctrl is not None:
+            ctrl.begin()
+        dec = None
         n_ctx = ctx.n_ctx
         t0 = time.perf_counter()
         keep = self._prefill(prompt)
@@ -231,13 +278,17 @@ class Engine:
             # the verify batch must fit one decode call, or earlier rows lose their logits
             n_max = min(chain.n_max, remaining - 1, room, ctx.n_batch - 1)
             draft: list[int] = []
-            if n_max > 0 and chain.speculators:
+            if ctrl is not None:
+                dec = ctrl.decide(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=max(0, n_max)))
+                draft = dec.draft
+            elif n_max > 0 and chain.speculators:
                 draft = chain.draft(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=n_max))
             drafter = chain.last_drafter if draft else None
             batch = [id_last] + draft
             ckpt = None
             if draft and self.use_checkpoints:
                 ckpt = ctx.state_get(partial=model.is_hybrid or model.is_recurrent)
+            t_step = time.perf_counter()
             try:
                 ctx.decode(batch, n_past, logits="all" if draft else "last")
             except ContextFull:
@@ -251,6 +302,8 @@ class Engine:
             else:
                 ids = sampler.sample_and_accept_n(ctx, range(len(batch)), draft)
             n_acc = len(ids) - 1
+            if ctrl is not None:
+                ctrl.observe(dec, ids, time.perf_counter() - t_step)
             if draft:
                 chain.accept(n_acc)
                 stats.n_drafted += len(draft)
@@ -278,6 +331,8 @@ class Engine:
                 last_stats = now
                 stats.t_gen_s = now - t1
                 stats.speculators = _diff_stats(chain, base_spec_stats)
+                if ctrl is not None:
+                    stats.controller = ctrl.snapshot() - base_ctrl_stats
                 yield StatsEvent(stats)
 
         tail = reply.finish(finish)
@@ -287,6 +342,8 @@ class Engine:
         stats.n_generated = reply.n_produced
         stats.n_emitted = len(reply.tokens)
         stats.speculators = _diff_stats(chain, base_spec_stats)
+        if ctrl is not None:
+            stats.controller = ctrl.snapshot() - base_ctrl_stats
         message = {
             STOP_EOG: "the model ended its reply",
             STOP_STRING: "a stop string appeared",

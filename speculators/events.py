@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import SpeculatorStats
+from .controller import ControllerStats
 
 
 @dataclass(slots=True)
@@ -60,6 +61,8 @@ class GenerationStats:
     t_gen_s: float = 0.0
     synthetic: bool = False   # synthetic acceptance: output is not valid
     speculators: dict[str, SpeculatorStats] = field(default_factory=dict)
+    #: the adaptive controller's decisions in this generation (None: controller off)
+    controller: ControllerStats | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -102,6 +105,7 @@ class GenerationStats:
             "synthetic": self.synthetic,
             "valid": not self.synthetic,
             "speculators": {k: v.to_dict() for k, v in self.speculators.items()},
+            "controller": self.controller.to_dict() if self.controller is not None else None,
         }
 
 

@@ -77,6 +77,25 @@ class SpecParams:
     ngram_map_k4v: NgramMapParams = field(default_factory=NgramMapParams)
     ngram_mod: NgramModParams = field(default_factory=NgramModParams)
     ngram_cache: NgramCacheParams = field(default_factory=NgramCacheParams)
+    #: the adaptive controller (speculators.controller): None = on with ``auto``, off
+    #: with an explicit type list (llama.cpp's behaviour); True/False force it
+    adaptive: bool | None = None
+
+    @classmethod
+    def auto(cls, **kw: Any) -> "SpecParams":
+        """``--spec-type auto``: the types this model can use, under the adaptive controller."""
+        return cls(types=[SpecType.AUTO], **kw)
+
+    @property
+    def is_auto(self) -> bool:
+        return SpecType.AUTO in self.types
+
+    @property
+    def adaptive_on(self) -> bool:
+        """Whether the adaptive controller decides the drafts."""
+        if self.adaptive is not None:
+            return bool(self.adaptive) and bool(self.types)
+        return self.is_auto
 
     @classmethod
     def from_types(cls, types: str | list[str] | list[SpecType], **kw: Any) -> "SpecParams":
@@ -103,7 +122,11 @@ class SpecParams:
     def n_max_configured(self) -> int:
         """``common_speculative_n_max(params)``: the largest draft any enabled type asks for."""
         n = 0
-        for t in self.types:
+        types = list(self.types)
+        if SpecType.AUTO in types:
+            from .types import NGRAM_TYPES
+            types = list(NGRAM_TYPES) + ([SpecType.DRAFT_SIMPLE] if self.draft.model else [])
+        for t in types:
             if t in (SpecType.DRAFT_SIMPLE, SpecType.DRAFT_EAGLE3, SpecType.DRAFT_MTP,
                      SpecType.DRAFT_DFLASH, SpecType.DRAFT_DSPARK):
                 n = max(n, max(0, self.draft.n_max))
@@ -165,6 +188,10 @@ class SpecParams:
         for key, value in data.items():
             if key == "types":
                 p.types = parse_types(value if isinstance(value, (list, str)) else [])
+            elif key == "adaptive":
+                if value is not None and not isinstance(value, bool):
+                    raise ParamError("adaptive", "must be true or false")
+                p.adaptive = value
             elif key in ("synth_len",):
                 p.synth_len = None if value is None else float(value)
             elif key == "synth_rates":

@@ -6,6 +6,12 @@ The names and the order are those of llama.cpp's ``common/speculative.cpp``:
 [<SpecType.NGRAM_SIMPLE: 'ngram-simple'>, <SpecType.NGRAM_MOD: 'ngram-mod'>]
 >>> parse_types("ngram-mod,none")
 []
+
+``auto`` lets draftlight pick the types this model can use, under the
+adaptive controller (:mod:`speculators.auto`):
+
+>>> parse_types("auto")
+[<SpecType.AUTO: 'auto'>]
 """
 
 from __future__ import annotations
@@ -25,13 +31,15 @@ class SpecType(str, enum.Enum):
     NGRAM_MAP_K4V = "ngram-map-k4v"
     NGRAM_MOD = "ngram-mod"
     NGRAM_CACHE = "ngram-cache"
+    #: draftlight's own: the types this model can use, under the adaptive controller
+    AUTO = "auto"
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
 
 
-#: Declaration order of the reference enum (what ``--help`` lists).
-ALL_TYPES: tuple[SpecType, ...] = tuple(SpecType)
+#: Declaration order of the reference enum (what ``--help`` lists after ``auto``).
+ALL_TYPES: tuple[SpecType, ...] = tuple(t for t in SpecType if t is not SpecType.AUTO)
 
 #: The order in which the chain asks speculators for a draft: the first
 #: one that returns a non-empty draft wins.
@@ -61,14 +69,15 @@ class UnknownSpecType(ValueError):
 
 
 def all_types_str() -> str:
-    return ",".join(t.value for t in ALL_TYPES)
+    return ",".join([SpecType.AUTO.value] + [t.value for t in ALL_TYPES])
 
 
 def parse_types(value: str | list[str] | tuple[str, ...] | None) -> list[SpecType]:
     """Parse a comma list (or list of names) into types in priority order.
 
     ``none`` anywhere means no speculation (an empty list). Duplicates fold.
-    An unknown name raises :class:`UnknownSpecType` listing the valid names.
+    An unknown name raises :class:`UnknownSpecType` listing the valid names,
+    and so does ``auto`` next to other types (it picks them itself).
     """
     if value is None:
         return []
@@ -88,4 +97,9 @@ def parse_types(value: str | list[str] | tuple[str, ...] | None) -> list[SpecTyp
         if t is SpecType.NONE:
             return []
         found.add(t)
+    if SpecType.AUTO in found:
+        if len(found) > 1:
+            others = ",".join(t.value for t in PRIORITY if t in found)
+            raise UnknownSpecType(f"'auto' picks the types itself and cannot be combined with {others}")
+        return [SpecType.AUTO]
     return [t for t in PRIORITY if t in found]

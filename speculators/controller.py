@@ -1,0 +1,672 @@
+"""The adaptive controller: draft only where it pays, and only as long as it pays.
+
+Beyond the reference (llama.cpp verifies whatever the first drafter in its
+chain proposes). Before every step the controller asks the speculators that
+are worth asking, estimates for each proposal how many tokens the step
+would bring, and verifies the proposal -- cut to its best length -- only
+when that beats plain decoding. It never changes what is emitted: every
+token is still the target's own choice; only which draft tokens are put to
+the target, and how many, changes.
+
+The two things it weighs:
+
+* **the verify-cost curve** ``c(k)`` (:mod:`speculators.costcurve`): a batch
+  of ``k + 1`` tokens costs ``c(k)`` one-token steps on this device. It is
+  measured at load and refined from the steps it times.
+* **each speculator's acceptance by draft position**: ``q_i``, the chance
+  that draft token ``i`` is accepted given the ones before it were, from
+  decaying counts (recent drafts weigh most, so it follows the
+  conversation), smoothed toward the previous position.
+
+A draft of ``k`` tokens yields ``E_k = 1 + q_1 + q_1 q_2 + ...`` tokens for
+``c(k)`` steps of time; plain decoding yields 1 per step. The controller
+verifies the proposal with the highest ``E_k / c(k)`` (over speculators and
+``k``) when it exceeds ``1 + margin``, cut to that ``k``.
+
+Learning without paying for it: a proposal that is not verified is kept
+and scored against the tokens the target goes on to produce (they are the
+tokens a verify would have accepted), so a speculator that starts to
+predict well again is picked back up without a single wasted verify.
+Speculators not worth verifying are asked only now and then (their draft
+calls cost time too); model-based drafters, whose drafting is the
+expensive part, are asked only when they pay, plus a short real probe now
+and then.
+
+A worked example with a scripted speculator and a scripted cost curve::
+
+    >>> from speculators.base import Speculator, DraftRequest
+    >>> from speculators.chain import SpeculatorChain
+    >>> from speculators.costcurve import CostCurve
+    >>> from speculators.types import SpecType
+    >>> class Oracle(Speculator):                   # proposes the true continuation
+    ...     type = SpecType.NGRAM_SIMPLE
+    ...     text = list(range(100, 200))
+    ...     def draft(self, req):
+    ...         i = req.pos0 + 1
+    ...         return self.text[i:i + 8]
+    >>> chain = SpeculatorChain([Oracle(8)])
+    >>> ctl = Controller(chain, CostCurve({k: 1 + 0.2 * k for k in range(9)}))
+    >>> ctl.begin()
+    >>> pos, emitted = 0, []
+    >>> for _ in range(12):
+    ...     d = ctl.decide(DraftRequest(prompt=[], id_last=Oracle.text[pos], pos0=pos, n_max=8))
+    ...     ids = Oracle.text[pos + 1: pos + 2 + len(d.draft)]  # the target agrees
+    ...     ctl.observe(d, ids)
+    ...     pos += len(ids)
+    ...     emitted.append(len(d.draft))
+    >>> emitted                  # learns from an unverified draft first, then drafts longer
+    [0, 2, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
+
+from .base import DraftRequest, Speculator
+from .costcurve import CostCurve
+from .types import MODEL_TYPES
+
+#: positions tracked separately; deeper positions share the last one
+TRACK = 32
+
+#: why a step was or was not drafted (keys of :attr:`ControllerStats.reasons`)
+REASONS: dict[str, str] = {
+    "drafted": "verified a draft expected to beat plain decoding",
+    "cut": "verified only the part of the draft expected to pay",
+    "probe": "verified a short probe of a drafter not trusted yet",
+    "skipped": "a draft was proposed but was expected to be slower than plain decoding",
+    "no_proposal": "the drafters asked had nothing to propose",
+    "not_asked": "no drafter was worth asking this step (all cold, between probes)",
+    "no_room": "no room for a draft (reply or context limit)",
+}
+
+
+@dataclass
+class ControllerParams:
+    #: a draft is verified when its expected tokens per unit of time beat plain decoding by this much
+    margin: float = 0.03
+    #: weight kept by older observations each time a speculator's new draft is scored
+    decay: float = 0.9
+    #: prior acceptance of a first draft token, and its weight in observations
+    prior_accept: float = 0.15
+    prior_weight: float = 1.0
+    #: the longest draft ever verified
+    max_len: int = 64
+    #: share of the step time that asking cold (not worth verifying) cheap drafters may take
+    probe_budget: float = 0.015
+    #: model drafters: real probes of ``probe_len`` tokens, every ``probe_every`` steps at
+    #: first, doubling after each failed probe up to ``probe_every_max``
+    probe_len: int = 2
+    probe_every: int = 16
+    probe_every_max: int = 256
+    #: refine the cost curve from the steps the engine times
+    online_cost: bool = True
+    #: weight of a new timing in the online cost estimate
+    cost_alpha: float = 0.1
+
+
+class AcceptanceModel:
+    """Decaying per-position acceptance counts of one speculator.
+
+    >>> m = AcceptanceModel(decay=1.0, prior=0.5, weight=1.0)
+    >>> m.new_draft(); m.observe(0, True); m.observe(1, False)
+    >>> [round(q, 3) for q in m.rates(3)]          # (1+.5)/2, (0+.75)/2, (0+.375)/1
+    [0.75, 0.375, 0.375]
+    >>> round(m.expected_tokens(2)[-1], 4)          # 1 + .75 + .75*.375
+    2.0312
+    """
+
+    def __init__(self, decay: float = 0.9, prior: float = 0.15, weight: float = 1.0, streak_weight: float = 0.5):
+        self.decay = decay
+        self.prior = prior
+        self.weight = weight
+        self.streak_weight = streak_weight
+        self.tries = [0.0] * TRACK
+        self.hits = [0.0] * TRACK
+        #: first-position counts by the previous first-position outcome (0: missed, 1: hit):
+        #: drafts come in streaks (a copied passage, then none), and this follows them
+        self.tries1 = [0.0, 0.0]
+        self.hits1 = [0.0, 0.0]
+        self.last_first: int | None = None
+        self._rates: list[float] | None = None
+        #: bumped on every change (callers cache what they derive from the rates)
+        self.version = 0
+
+    def new_draft(self) -> None:
+        """A new draft is about to be scored: older observations fade."""
+        d = self.decay
+        if d < 1.0:
+            self.tries = [x * d for x in self.tries]
+            self.hits = [x * d for x in self.hits]
+            self.tries1 = [x * d for x in self.tries1]
+            self.hits1 = [x * d for x in self.hits1]
+        self._rates = None
+        self.version += 1
+
+    def observe(self, pos: int, hit: bool) -> None:
+        """Draft token ``pos`` (0-based) was reached and was (not) accepted."""
+        i = min(pos, TRACK - 1)
+        self.tries[i] += 1.0
+        if hit:
+            self.hits[i] += 1.0
+        if pos == 0:
+            if self.last_first is not None:
+                self.tries1[self.last_first] += 1.0
+                if hit:
+                    self.hits1[self.last_first] += 1.0
+            self.last_first = 1 if hit else 0
+        self._rates = None
+        self.version += 1
+
+    def rates(self, k: int) -> list[float]:
+        """Conditional acceptance q_1..q_k (each smoothed toward the one before).
+
+        q_1 is read in the light of the previous first-position outcome
+        (smoothed toward the overall q_1).
+        """
+        if self._rates is None:
+            out, prev, w = [], self.prior, self.weight
+            for t, h in zip(self.tries, self.hits):
+                prev = (h + w * prev) / (t + w)
+                out.append(prev)
+            if self.last_first is not None:
+                s, ws = self.last_first, self.streak_weight
+                out[0] = (self.hits1[s] + ws * out[0]) / (self.tries1[s] + ws)
+            self._rates = out
+        r = self._rates
+        if k <= TRACK:
+            return r[:k]
+        return r + [r[-1]] * (k - TRACK)
+
+    def expected_tokens(self, k: int) -> list[float]:
+        """E_1..E_k: tokens a verify step yields with a draft of 1..k tokens."""
+        out, p, e = [], 1.0, 1.0
+        for q in self.rates(k):
+            p *= q
+            e += p
+            out.append(e)
+        return out
+
+    @property
+    def n_observed(self) -> float:
+        return self.tries[0]
+
+
+@dataclass
+class _Record:
+    """A proposal being scored against what the target produces."""
+
+    tokens: list[int]
+    start: int          # absolute position of tokens[0]
+    scored: int = 0
+
+
+class _SpecState:
+    def __init__(self, spec: Speculator, params: ControllerParams):
+        self.spec = spec
+        self.model = AcceptanceModel(params.decay, params.prior_accept, params.prior_weight)
+        self.expensive = spec.type in MODEL_TYPES
+        self.record: _Record | None = None
+        self.next_probe = 0
+        self.probe_every = params.probe_every
+        #: seconds per draft call (cheap drafters) / per drafted token (model drafters)
+        self.t_call: float | None = None
+        #: typical proposal length
+        self.len_typ = float(max(1, min(spec.n_max if spec.n_max > 0 else params.max_len, params.max_len)))
+        self.potential = 0.0
+        self._pot_key: tuple | None = None
+        self._pot: tuple[int, float] = (0, 0.0)
+
+
+@dataclass
+class Decision:
+    """What :meth:`Controller.decide` chose for one step."""
+
+    draft: list[int] = field(default_factory=list)
+    spec: Speculator | None = None
+    reason: str = "no_proposal"
+    n_proposed: int = 0
+    expected_gain: float = 1.0
+    probe: bool = False
+    pos0: int = 0
+
+    @property
+    def drafter(self) -> str | None:
+        return self.spec.name if self.spec is not None and self.draft else None
+
+
+_PER_SPEC_COUNTERS = ("verified", "skipped", "cut", "tokens_cut", "shadow", "probes", "calls", "calls_saved")
+_PER_SPEC_SNAPSHOT = ("accept_est", "gain_est", "active")
+
+
+@dataclass
+class ControllerStats:
+    """What the controller decided, and why (per reply: engine stats hold the difference).
+
+    Counters add and subtract field by field; the snapshot fields (the
+    current estimates: ``cost_curve``, ``t1_ms``, ``cost_source``,
+    ``last_reason`` and each speculator's ``accept_est``, ``gain_est``,
+    ``active``) come from the newer operand (the right one in ``+``, the
+    left one in ``-``).
+    """
+
+    n_steps: int = 0         # steps decided
+    n_drafted: int = 0       # steps that verified a draft (probes included)
+    n_skipped: int = 0       # a draft was proposed but not worth verifying
+    n_no_proposal: int = 0   # the drafters asked proposed nothing
+    n_not_asked: int = 0     # no drafter was worth asking
+    n_no_room: int = 0       # no room for a draft
+    n_cut: int = 0           # verified drafts cut shorter than proposed
+    n_tokens_cut: int = 0    # draft tokens dropped by those cuts
+    n_probes: int = 0        # verified probes of cold model drafters
+    n_shadow: int = 0        # proposals scored without verifying them
+    n_calls_saved: int = 0   # draft calls not made (cold drafters between probes)
+    per_speculator: dict[str, dict[str, float]] = field(default_factory=dict)
+    cost_curve: list[float] = field(default_factory=list)   # c(0..16), snapshot
+    cost_source: str = ""                                   # measured / cached / given
+    t1_ms: float | None = None                              # one-token step, snapshot
+    last_reason: str = ""
+
+    @property
+    def reasons(self) -> dict[str, int]:
+        return {"drafted": self.n_drafted - self.n_probes - self.n_cut, "cut": self.n_cut,
+                "probe": self.n_probes, "skipped": self.n_skipped, "no_proposal": self.n_no_proposal,
+                "not_asked": self.n_not_asked, "no_room": self.n_no_room}
+
+    def _combine(self, other: "ControllerStats", sign: int) -> "ControllerStats":
+        newer = other if sign > 0 else self
+        out = ControllerStats()
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if f.name.startswith("n_"):
+                setattr(out, f.name, a + sign * b)
+            elif f.name != "per_speculator":
+                v = getattr(newer, f.name)
+                setattr(out, f.name, list(v) if isinstance(v, list) else v)
+        per: dict[str, dict[str, float]] = {}
+        for name in list(self.per_speculator) + [n for n in other.per_speculator if n not in self.per_speculator]:
+            a = self.per_speculator.get(name, {})
+            b = other.per_speculator.get(name, {})
+            nd = newer.per_speculator.get(name) or (a if sign > 0 else b) or {}
+            d = {k: a.get(k, 0) + sign * b.get(k, 0) for k in _PER_SPEC_COUNTERS}
+            d.update({k: nd.get(k, 0) for k in _PER_SPEC_SNAPSHOT})
+            per[name] = d
+        out.per_speculator = per
+        return out
+
+    def __add__(self, other: "ControllerStats") -> "ControllerStats":
+        return self._combine(other, 1)
+
+    def __sub__(self, other: "ControllerStats") -> "ControllerStats":
+        return self._combine(other, -1)
+
+    def copy(self) -> "ControllerStats":
+        return self - ControllerStats()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["per_speculator"] = {k: dict(v) for k, v in self.per_speculator.items()}
+        d["cost_curve"] = list(self.cost_curve)
+        d["reasons"] = self.reasons
+        return d
+
+    def summary(self) -> list[str]:
+        """A few lines for a statistics panel."""
+        lines = [f"steps {self.n_steps}: drafted {self.n_drafted} (cut {self.n_cut}, probes {self.n_probes}), "
+                 f"skipped {self.n_skipped}, nothing proposed {self.n_no_proposal}, not asked {self.n_not_asked}"]
+        if self.cost_curve:
+            c = self.cost_curve
+            pts = ", ".join(f"{k}:{c[k]:.2f}" for k in (1, 2, 4, 8, 16) if k < len(c))
+            lines.append(f"verify cost vs 1 token ({self.cost_source}): {pts}")
+        for name, p in self.per_speculator.items():
+            lines.append(f"{name}: {'on' if p.get('active') else 'cold'}, est. acceptance "
+                         f"{p.get('accept_est', 0) * 100:.0f}%, gain {p.get('gain_est', 0):.2f}x, verified "
+                         f"{int(p.get('verified', 0))}, skipped {int(p.get('skipped', 0))}, "
+                         f"scored unverified {int(p.get('shadow', 0))}")
+        return lines
+
+
+class Controller:
+    """Decides each step's draft; see the module docstring.
+
+    ``chain`` is a :class:`~speculators.chain.SpeculatorChain`; the
+    controller asks its speculators through :meth:`SpeculatorChain.ask`
+    and tells it the chosen draft with :meth:`SpeculatorChain.commit`, so
+    the chain's accept accounting works as without the controller.
+    """
+
+    def __init__(self, chain, curve: CostCurve, params: ControllerParams | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.chain = chain
+        self.curve = curve
+        self.params = params or ControllerParams()
+        self.clock = clock
+        self.states: dict[int, _SpecState] = {id(s): _SpecState(s, self.params) for s in chain.speculators}
+        self.stats = ControllerStats(cost_source=curve.source)
+        self.step = 0
+        self._base = 0
+        self._out: list[int] = []
+        self._started = False
+        # online cost estimate: one-token step time, decaying sums for a line t = a + b * n
+        self._t1: float | None = None
+        self._reg = [0.0] * 5
+        self._n_timed = 0
+        self._rel: list[float] = []
+        self._rel_dirty = True
+        self._rel_version = 0
+        self._refresh_stats()
+
+    # -- cost ------------------------------------------------------------------
+    def rel(self, k: int) -> float:
+        """Verify cost of a ``k``-token draft in one-token steps (measured, refined online)."""
+        if self._rel_dirty:
+            self._rebuild_rel()
+        if k < len(self._rel):
+            return self._rel[k]
+        return self._rel[-1] + (self._rel[-1] - self._rel[-2]) * (k - len(self._rel) + 1)
+
+    def _online_line(self) -> tuple[float, float, float] | None:
+        """(intercept s, slope s/token, weight 0..1) of the timings seen, or None."""
+        s0, sx, sy, sxx, sxy = self._reg
+        if s0 < 4.0:
+            return None
+        mx, my = sx / s0, sy / s0
+        var = sxx / s0 - mx * mx
+        if var < 0.5:
+            return None  # every step had (nearly) the same width: no slope to read
+        b = max(0.0, (sxy / s0 - mx * my) / var)
+        a = my - b * mx
+        if a <= 0:
+            return None
+        return a, b, min(1.0, s0 / 40.0)
+
+    def _rebuild_rel(self) -> None:
+        n = self.params.max_len
+        base = [self.curve.rel(k) for k in range(n + 1)]
+        line = self._online_line() if self.params.online_cost else None
+        if line is not None:
+            a, b, w = line
+            base = [(1 - w) * c + w * min(k + 1.0, 1.0 + b * k / a) for k, c in enumerate(base)]
+        run = 1.0
+        for k in range(n + 1):
+            run = max(run, base[k])
+            base[k] = run
+        base[0] = 1.0
+        self._rel = base
+        self._rel_dirty = False
+        self._rel_version += 1
+
+    @property
+    def t1_s(self) -> float:
+        """Seconds of a one-token step (observed, else measured, else a guess)."""
+        if self._t1 is not None:
+            return self._t1
+        return self.curve.t1_s or 0.02
+
+    def observe_time(self, n_draft: int, seconds: float) -> None:
+        """The engine timed a verify step with a draft of ``n_draft`` tokens.
+
+        One-token steps give the absolute step time; all steps feed a
+        decaying least-squares line ``t = a + b * n`` that, once the widths
+        seen vary enough, refines the measured curve (a busy machine's
+        stalls are clipped, not averaged in).
+        """
+        if seconds <= 0 or not self.params.online_cost:
+            return
+        if n_draft == 0:
+            if self._t1 is None:
+                self._t1 = seconds
+            else:
+                x = min(max(seconds, 0.5 * self._t1), 2.0 * self._t1)
+                self._t1 += self.params.cost_alpha * (x - self._t1)
+        line = self._online_line()
+        if line is not None:
+            pred = line[0] + line[1] * n_draft
+            seconds = min(max(seconds, 0.5 * pred), 2.0 * pred)
+        d = 1.0 - self.params.cost_alpha / 4
+        s0, sx, sy, sxx, sxy = (v * d for v in self._reg)
+        x = float(n_draft)
+        self._reg = [s0 + 1.0, sx + x, sy + seconds, sxx + x * x, sxy + x * seconds]
+        self._n_timed += 1
+        if self._n_timed % 8 == 0:
+            self._rel_dirty = True
+
+    # -- per generation ------------------------------------------------------------
+    def begin(self) -> None:
+        """A new generation: proposals still being scored are dropped."""
+        for st in self.states.values():
+            st.record = None
+        self._started = False
+        self._out = []
+
+    # -- the decision ----------------------------------------------------------------
+    def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0) -> tuple[int, float]:
+        """(k, E_k / (c(k) + draft_cost)) maximising throughput over k = 1..n."""
+        best_k, best_g = 0, 0.0
+        for k, e in enumerate(st.model.expected_tokens(n), start=1):
+            g = e / (self.rel(k) + draft_cost)
+            if g > best_g:
+                best_k, best_g = k, g
+        return best_k, best_g
+
+    def _draft_cost(self, st: _SpecState, k: float) -> float:
+        """Cost of asking ``st`` for a draft of ``k`` tokens, in one-token steps."""
+        if st.t_call is None:
+            return 0.0
+        t = st.t_call * (k if st.expensive else 1.0)
+        return t / max(self.t1_s, 1e-6)
+
+    def _potential(self, st: _SpecState, n_max: int) -> tuple[int, float]:
+        """(best length, expected gain) of asking ``st`` now, its drafting cost included."""
+        n = max(1, min(n_max, int(round(st.len_typ))))
+        key = (st.model.version, self._rel_version, n, self.step // 16)
+        if key != st._pot_key:
+            st._pot_key = key
+            st._pot = self._potential_now(st, n)
+        return st._pot
+
+    def _potential_now(self, st: _SpecState, n: int) -> tuple[int, float]:
+        if st.expensive:
+            best_k, best_g = 0, 0.0
+            for k, e in enumerate(st.model.expected_tokens(n), start=1):
+                g = e / (self.rel(k) + self._draft_cost(st, k))
+                if g > best_g:
+                    best_k, best_g = k, g
+            return best_k, best_g
+        return self._best_cut(st, n, self._draft_cost(st, 1))
+
+    def _probe_interval(self, st: _SpecState) -> int:
+        n_cold = max(1, len(self.states))
+        share = self._draft_cost(st, 1) if st.t_call is not None else 0.0
+        budget = self.params.probe_budget / n_cold
+        return max(1, min(64, math.ceil(share / budget))) if share > 0 else 1
+
+    def decide(self, req: DraftRequest) -> Decision:
+        """Ask the drafters worth asking; return the draft to verify (maybe none).
+
+        ``req.n_max`` is the longest draft the step has room for (0: none,
+        -1: no limit but the controller's own).
+        """
+        p = self.params
+        self.step += 1
+        s = self.stats
+        s.n_steps += 1
+        if not self._started:
+            self._started = True
+            self._base = req.pos0
+            self._out = [int(req.id_last)]
+        dec = Decision(pos0=req.pos0)
+        self.chain.begin_step()
+        n_max = p.max_len if req.n_max < 0 else min(req.n_max, p.max_len)
+        if n_max <= 0:
+            s.n_no_room += 1
+            dec.reason = "no_room"
+            s.last_reason = dec.reason
+            return dec
+        thr = 1.0 + p.margin
+        cands: list[tuple[float, int, _SpecState, list[int], bool]] = []
+        shadows: list[tuple[_SpecState, list[int]]] = []
+        asked = 0
+        for spec in self.chain.speculators:
+            st = self.states.get(id(spec))
+            if st is None:
+                st = self.states[id(spec)] = _SpecState(spec, p)
+            per = self._per(spec.name)
+            k_pot, g_pot = self._potential(st, n_max)
+            st.potential = g_pot
+            active = g_pot >= thr and st.model.n_observed > 0.0
+            probe = False
+            if st.expensive:
+                if active:
+                    n_ask = k_pot
+                elif self.step >= st.next_probe:
+                    n_ask, probe = min(p.probe_len, n_max), True
+                    st.next_probe = self.step + st.probe_every
+                else:
+                    s.n_calls_saved += 1
+                    per["calls_saved"] += 1
+                    continue
+            else:
+                if not active:
+                    if (st.record is not None) or self.step < st.next_probe:
+                        s.n_calls_saved += 1
+                        per["calls_saved"] += 1
+                        continue
+                    st.next_probe = self.step + self._probe_interval(st)
+                n_ask = n_max
+            draft, dt = self.chain.ask(spec, DraftRequest(req.prompt, req.id_last, req.pos0, n_ask))
+            asked += 1
+            per["calls"] += 1
+            if draft:
+                per_tok = dt / len(draft) if st.expensive else dt
+                st.t_call = per_tok if st.t_call is None else 0.8 * st.t_call + 0.2 * per_tok
+                st.len_typ = 0.8 * st.len_typ + 0.2 * min(len(draft), p.max_len)
+            elif not st.expensive:
+                st.t_call = dt if st.t_call is None else 0.8 * st.t_call + 0.2 * dt
+            if not draft:
+                continue
+            draft = draft[:n_ask]
+            # drafting is paid now: only the verify cost decides the cut
+            k, g = self._best_cut(st, len(draft))
+            if st.model.n_observed <= 0.0 and not probe:
+                g = 0.0   # nothing known of this drafter yet: its first proposal is scored unverified
+            if probe or g >= thr:
+                cands.append((g if not probe else 0.0, k if not probe else len(draft), st, draft, probe))
+            else:
+                shadows.append((st, draft))
+        chosen = None
+        if cands:
+            cands.sort(key=lambda c: (c[4], -c[0]))   # real candidates first, best gain first
+            chosen = cands[0]
+            for c in cands[1:]:
+                shadows.append((c[2], c[3]))
+        for st, draft in shadows:
+            self._open_record(st, draft, req.pos0 + 1)
+            s.n_shadow += 1
+            self._per(st.spec.name)["shadow"] += 1
+            if chosen is None:
+                self._per(st.spec.name)["skipped"] += 1
+        if chosen is None:
+            if shadows:
+                s.n_skipped += 1
+                dec.reason = "skipped"
+                dec.n_proposed = max(len(d) for _, d in shadows)
+            elif asked:
+                s.n_no_proposal += 1
+                dec.reason = "no_proposal"
+            else:
+                s.n_not_asked += 1
+                dec.reason = "not_asked"
+            s.last_reason = dec.reason
+            self._refresh_stats()
+            return dec
+        g, k, st, draft, probe = chosen
+        per = self._per(st.spec.name)
+        verified = draft[:k]
+        self._open_record(st, draft, req.pos0 + 1)
+        self.chain.commit(st.spec, verified, len(draft))
+        s.n_drafted += 1
+        per["verified"] += 1
+        dec.draft, dec.spec, dec.n_proposed, dec.expected_gain, dec.probe = verified, st.spec, len(draft), g, probe
+        if probe:
+            s.n_probes += 1
+            per["probes"] += 1
+            dec.reason = "probe"
+        elif k < len(draft):
+            s.n_cut += 1
+            s.n_tokens_cut += len(draft) - k
+            per["cut"] += 1
+            per["tokens_cut"] += len(draft) - k
+            dec.reason = "cut"
+        else:
+            dec.reason = "drafted"
+        s.last_reason = dec.reason
+        self._refresh_stats()
+        return dec
+
+    def _open_record(self, st: _SpecState, draft: Sequence[int], start: int) -> None:
+        st.model.new_draft()
+        st.record = _Record([int(t) for t in draft], start)
+        self._score(st)
+
+    def _score(self, st: _SpecState) -> None:
+        r = st.record
+        if r is None:
+            return
+        out, base = self._out, self._base
+        while r.scored < len(r.tokens):
+            idx = r.start + r.scored - base
+            if idx >= len(out):
+                return
+            hit = out[idx] == r.tokens[r.scored]
+            st.model.observe(r.scored, hit)
+            r.scored += 1
+            if not hit:
+                break
+        st.record = None
+
+    def observe(self, dec: Decision, ids: Sequence[int], seconds: float | None = None) -> None:
+        """The step's outcome: the tokens the target produced after ``id_last``."""
+        self._out.extend(int(t) for t in ids)
+        for st in self.states.values():
+            if st.record is not None:
+                self._score(st)
+        if dec.spec is not None and dec.probe:
+            st = self.states.get(id(dec.spec))
+            if st is not None:
+                n_acc = len(ids) - 1
+                if n_acc > 0:
+                    st.probe_every = self.params.probe_every
+                else:
+                    st.probe_every = min(self.params.probe_every_max, st.probe_every * 2)
+        if seconds is not None:
+            self.observe_time(len(dec.draft), seconds)
+
+    # -- statistics -------------------------------------------------------------------
+    def _per(self, name: str) -> dict[str, float]:
+        d = self.stats.per_speculator.get(name)
+        if d is None:
+            d = {k: 0 for k in _PER_SPEC_COUNTERS}
+            d.update({k: 0 for k in _PER_SPEC_SNAPSHOT})
+            self.stats.per_speculator[name] = d
+        return d
+
+    def _refresh_stats(self) -> None:
+        s = self.stats
+        if self._rel_dirty or not s.cost_curve or self.step % 16 == 0:
+            s.cost_curve = [round(self.rel(k), 3) for k in range(17)]
+            t1 = self.t1_s
+            s.t1_ms = round(t1 * 1000, 3) if t1 else None
+        thr = 1.0 + self.params.margin
+        for st in self.states.values():
+            d = self._per(st.spec.name)
+            d["accept_est"] = round(st.model.rates(1)[0], 4)
+            d["gain_est"] = round(st.potential, 4)
+            d["active"] = 1 if st.potential >= thr else 0
+
+    def snapshot(self) -> ControllerStats:
+        self._refresh_stats()
+        return self.stats - ControllerStats()

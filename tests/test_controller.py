@@ -1,0 +1,347 @@
+"""The adaptive controller on scripted cost curves and scripted acceptance.
+
+A scripted "target" produces a known text; scripted speculators propose
+drafts that are right (the text's continuation) or wrong as each test
+needs; the controller decides, the target accepts the agreeing prefix, as
+the engine does. No model is loaded here: these run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from speculators.base import DraftRequest, Speculator
+from speculators.chain import SpeculatorChain
+from speculators.controller import Controller, ControllerParams, ControllerStats
+from speculators.costcurve import CostCurve, cache_file, curve_for, device_key, load_cached
+from speculators.types import SpecType
+
+TEXT = list(range(1000, 9000))
+WRONG = -5
+
+
+class Scripted(Speculator):
+    """Proposes ``n`` tokens; ``right(step)`` says how many of them are the true continuation."""
+
+    def __init__(self, type_, right, n=8, busy_s=0.0):
+        super().__init__(n)
+        self.type = type_
+        self.right = right
+        self.n = n
+        self.busy_s = busy_s
+        self.calls = 0
+
+    def draft(self, req):
+        self.calls += 1
+        if self.busy_s:
+            t = time.perf_counter() + self.busy_s
+            while time.perf_counter() < t:
+                pass
+        k = self.right(self.calls)
+        if k is None:
+            return []
+        i = req.pos0 + 1
+        good = TEXT[i:i + min(k, self.n)]
+        return good + [WRONG] * (self.n - len(good))
+
+
+def linear(a):
+    """c(k) = 1 + a k."""
+    return CostCurve({k: 1.0 + a * k for k in range(0, 65)})
+
+
+def run(ctl, steps, pos=0, log=None):
+    """Drive ``steps`` engine steps; returns (position, decisions)."""
+    decisions = []
+    for _ in range(steps):
+        d = ctl.decide(DraftRequest(prompt=TEXT[:pos], id_last=TEXT[pos], pos0=pos, n_max=-1))
+        n_acc = 0
+        for i, t in enumerate(d.draft):
+            if t != TEXT[pos + 1 + i]:
+                break
+            n_acc += 1
+        ids = TEXT[pos + 1: pos + 2 + n_acc]
+        ctl.observe(d, ids)
+        if d.draft:
+            ctl.chain.accept(n_acc)
+        decisions.append(d)
+        pos += len(ids)
+    return pos, decisions
+
+
+def controller(*specs, curve=None, **kw):
+    return Controller(SpeculatorChain(list(specs)), curve or linear(0.1), ControllerParams(online_cost=False, **kw))
+
+
+def test_drafts_when_it_pays():
+    s = Scripted(SpecType.NGRAM_SIMPLE, lambda i: 8)
+    ctl = controller(s)
+    _, ds = run(ctl, 40)
+    lengths = [len(d.draft) for d in ds]
+    assert lengths[0] == 0                      # nothing known yet: scored without a verify
+    assert all(n == 8 for n in lengths[5:]), lengths
+    st = ctl.stats
+    assert st.n_drafted >= 35 and st.n_steps == 40
+    assert st.reasons["drafted"] >= 30
+    assert s.stats.n_gen_drafts == st.n_drafted and s.stats.n_acc_tokens == s.stats.n_gen_tokens
+
+
+def test_does_not_draft_when_it_does_not_pay():
+    never = Scripted(SpecType.NGRAM_CACHE, lambda i: 0)
+    ctl = controller(never)
+    _, ds = run(ctl, 200)
+    verified = [i for i, d in enumerate(ds) if d.draft]
+    assert len(verified) <= 2 and all(i < 5 for i in verified), verified
+    assert ctl.stats.n_skipped >= 190
+    assert ctl.stats.reasons["skipped"] == ctl.stats.n_skipped
+
+
+def test_a_perfect_drafter_does_not_pay_where_batches_cost_what_tokens_cost():
+    # c(k) = k + 1: verifying k tokens costs as much as decoding them one by one
+    s = Scripted(SpecType.NGRAM_SIMPLE, lambda i: 8)
+    ctl = controller(s, curve=linear(1.0))
+    _, ds = run(ctl, 60)
+    assert not any(d.draft for d in ds)
+    # proposals are scored unverified (and not asked again while one is being scored)
+    assert ctl.stats.n_skipped + ctl.stats.n_not_asked == 60 and ctl.stats.n_skipped >= 5
+
+
+def test_stops_when_acceptance_drops_and_recovers_without_wasted_verifies():
+    phase = {"right": 8}
+    s = Scripted(SpecType.NGRAM_MOD, lambda i: phase["right"])
+    ctl = controller(s)
+    pos, good = run(ctl, 40)
+    assert sum(1 for d in good[-20:] if d.draft) == 20
+    phase["right"] = 0
+    pos, bad = run(ctl, 60, pos)
+    wasted = [i for i, d in enumerate(bad) if d.draft]
+    assert len(wasted) <= 6 and max(wasted) < 8, wasted   # stops after a few failures
+    shadow_before = ctl.stats.n_shadow
+    phase["right"] = 8
+    pos, again = run(ctl, 30, pos)
+    first = next(i for i, d in enumerate(again) if d.draft)
+    assert first <= 3                                     # picked back up quickly...
+    assert ctl.stats.n_shadow > shadow_before             # ...from proposals scored unverified
+    assert all(d.draft for d in again[first + 3:])
+
+
+def test_cuts_drafts_to_the_length_that_maximises_throughput():
+    # the first two proposed tokens are always right, the third always wrong
+    s = Scripted(SpecType.NGRAM_CACHE, lambda i: 2)
+    ctl = controller(s, curve=linear(0.15))
+    _, ds = run(ctl, 80)
+    tail = Counter(len(d.draft) for d in ds[20:])
+    assert tail.most_common(1)[0][0] == 2, tail
+    assert ctl.stats.n_cut >= 50 and ctl.stats.n_tokens_cut >= 6 * 50
+    assert ctl.stats.reasons["cut"] == ctl.stats.n_cut
+    # where batches up to 8 tokens are free, the whole 8-token draft is worth verifying
+    s2 = Scripted(SpecType.NGRAM_CACHE, lambda i: 2)
+    flat = CostCurve({k: 1.0 if k <= 8 else 1.0 + 0.5 * (k - 8) for k in range(65)})
+    ctl2 = controller(s2, curve=flat)
+    _, ds2 = run(ctl2, 40)
+    assert all(len(d.draft) == 8 for d in ds2[10:])
+
+
+def test_length_follows_the_acceptance_by_position():
+    # three of four drafts are right for 6 tokens, the fourth only for 1: q_1 high, deeper q lower
+    s = Scripted(SpecType.NGRAM_SIMPLE, lambda i: 6 if i % 4 else 1, n=16)
+    ctl = controller(s, curve=linear(0.05))
+    _, ds = run(ctl, 120)
+    lens = Counter(len(d.draft) for d in ds[30:] if d.draft)
+    best = lens.most_common(1)[0][0]
+    assert 5 <= best <= 7, lens      # not the whole 16-token proposal, not a timid 1 or 2
+
+
+def test_picks_the_draft_with_the_highest_expected_gain_not_the_first():
+    bad = Scripted(SpecType.NGRAM_SIMPLE, lambda i: 0)   # first in the reference's priority
+    good = Scripted(SpecType.NGRAM_MOD, lambda i: 8)
+    ctl = controller(bad, good)
+    _, ds = run(ctl, 50)
+    by = Counter(d.drafter for d in ds if d.draft)
+    assert by["ngram-mod"] >= 40 and by["ngram-simple"] <= 2, by
+    # first drafter wins, as without the controller, would have taken ngram-simple's draft
+    chain = SpeculatorChain([Scripted(SpecType.NGRAM_SIMPLE, lambda i: 0), Scripted(SpecType.NGRAM_MOD, lambda i: 8)])
+    chain.draft(DraftRequest(prompt=TEXT[:5], id_last=TEXT[5], pos0=5))
+    assert chain.last_drafter == "ngram-simple"
+
+
+def test_cold_cheap_drafters_are_asked_only_now_and_then():
+    # each call takes 2 ms next to a 10 ms step: asking every step would cost 20 %
+    slow = Scripted(SpecType.NGRAM_CACHE, lambda i: 0, busy_s=0.002)
+    curve = linear(0.1)
+    curve.t1_s = 0.010
+    ctl = controller(slow, curve=curve)
+    _, ds = run(ctl, 150)
+    assert slow.calls < 150 / 5, slow.calls
+    assert ctl.stats.n_calls_saved > 100 and ctl.stats.n_not_asked > 100
+    assert not any(d.draft for d in ds)
+
+
+def test_model_drafters_are_probed_less_and_less_while_they_fail_and_picked_back_up():
+    phase = {"right": 0}
+    m = Scripted(SpecType.DRAFT_SIMPLE, lambda i: phase["right"], n=3)
+    ctl = controller(m, probe_every=8)
+    pos, ds = run(ctl, 400)
+    probes = [i for i, d in enumerate(ds) if d.draft]
+    assert all(d.probe and len(d.draft) == 2 for d in ds if d.draft)
+    assert 3 <= len(probes) <= 7, probes
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]     # backing off
+    assert ctl.stats.n_probes == len(probes)
+    phase["right"] = 3
+    pos, ds2 = run(ctl, 300, pos)
+    on = [i for i, d in enumerate(ds2) if d.draft and not d.probe]
+    assert on and len(on) > 100                             # a successful probe brings it back
+
+
+def test_online_timings_refine_the_measured_curve():
+    ctl = controller(Scripted(SpecType.NGRAM_SIMPLE, lambda i: 0), curve=linear(1.0))
+    ctl.params.online_cost = True
+    assert ctl.rel(8) == pytest.approx(9.0)
+    rng = np.random.default_rng(0)
+    for i in range(200):
+        n = int(rng.integers(0, 9))
+        ctl.observe_time(n, 0.010 + 0.001 * n)
+    ctl._rel_dirty = True
+    assert ctl.rel(8) == pytest.approx(1.8, rel=0.05)
+    assert ctl.t1_s == pytest.approx(0.010, rel=0.05)
+    # a stall (a busy machine) moves the estimate only a little
+    ctl.observe_time(0, 1.0)
+    assert ctl.t1_s < 0.012
+
+
+def test_controller_stats_add_subtract_and_serialise():
+    s = Scripted(SpecType.NGRAM_SIMPLE, lambda i: 8 if i % 5 else 0)
+    ctl = controller(s)
+    pos, _ = run(ctl, 30)
+    a = ctl.snapshot()
+    run(ctl, 30, pos)
+    b = ctl.snapshot()
+    d = b - a
+    assert d.n_steps == 30 and d.n_drafted == b.n_drafted - a.n_drafted
+    assert d.per_speculator["ngram-simple"]["verified"] == (b.per_speculator["ngram-simple"]["verified"]
+                                                             - a.per_speculator["ngram-simple"]["verified"])
+    assert d.per_speculator["ngram-simple"]["accept_est"] == b.per_speculator["ngram-simple"]["accept_est"]
+    total = a + d
+    assert total.n_drafted == b.n_drafted and total.n_skipped == b.n_skipped
+    assert sum(total.reasons.values()) == total.n_steps
+    out = json.loads(json.dumps(b.to_dict()))
+    assert out["n_steps"] == 60 and set(out["reasons"]) == {"drafted", "cut", "probe", "skipped", "no_proposal",
+                                                            "not_asked", "no_room"}
+    assert out["cost_curve"][0] == 1.0 and len(out["cost_curve"]) == 17
+    assert any("ngram-simple" in line for line in b.summary())
+    assert (ControllerStats() + ControllerStats()).n_steps == 0
+
+
+def test_no_room_means_no_draft():
+    s = Scripted(SpecType.NGRAM_SIMPLE, lambda i: 8)
+    ctl = controller(s)
+    run(ctl, 10)
+    d = ctl.decide(DraftRequest(prompt=TEXT[:50], id_last=TEXT[50], pos0=50, n_max=0))
+    assert d.draft == [] and d.reason == "no_room"
+    d = ctl.decide(DraftRequest(prompt=TEXT[:50], id_last=TEXT[50], pos0=50, n_max=3))
+    assert len(d.draft) == 3
+
+
+# -- the verify-cost curve's cache ------------------------------------------------------
+
+class FakeCtx:
+    """Decode time grows with the batch (a sleep), so a curve comes out of measure()."""
+
+    n_ctx = 4096
+    n_batch = 512
+
+    def __init__(self):
+        self.decodes = 0
+
+    def decode(self, tokens, pos0, logits="last"):
+        self.decodes += 1
+        time.sleep(0.0002 * len(tokens))
+
+    def logits(self, i):
+        return np.zeros(8, dtype=np.float32)
+
+    def seq_rm(self, p0, p1=-1):
+        return True
+
+    def clear(self):
+        pass
+
+
+class FakeModel:
+    def tokenize(self, text, add_special=True, parse_special=False):
+        return list(range(40))
+
+
+@pytest.fixture
+def fake_model_file(tmp_path):
+    p = tmp_path / "m.gguf"
+    p.write_bytes(b"GGUF" + b"\0" * 64)
+    return str(p)
+
+
+def test_cost_curve_is_measured_once_then_read_from_the_cache(tmp_path, fake_model_file):
+    cache = tmp_path / "cache"
+    ctx = FakeCtx()
+    c1 = curve_for(ctx, FakeModel(), fake_model_file, 2, 0, cache)
+    assert c1.source == "measured" and ctx.decodes > 10
+    assert 1.0 <= c1.rel(1) <= c1.rel(8) <= 9.0
+    files = os.listdir(cache)
+    assert len(files) == 1 and files[0].startswith("costcurve-") and files[0].endswith(".json")
+    ctx2 = FakeCtx()
+    c2 = curve_for(ctx2, FakeModel(), fake_model_file, 2, 0, cache)
+    assert c2.source == "cached" and ctx2.decodes == 0
+    assert c2.points == c1.points
+    # another thread count is another device setting: measured again, kept beside
+    c3 = curve_for(FakeCtx(), FakeModel(), fake_model_file, 4, 0, cache)
+    assert c3.source == "measured" and len(os.listdir(cache)) == 2
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"", b"\xff\xfe\x00garbage", b"[]", b'{"key": 1}',
+                                     b'{"key": null, "curve": {"points": {"0": 1.0}}}'])
+def test_a_corrupt_cost_cache_file_is_measured_again(tmp_path, fake_model_file, content):
+    cache = tmp_path / "cache"
+    key = device_key(fake_model_file, 2, 0)
+    path = cache_file(cache, key)
+    os.makedirs(cache)
+    with open(path, "wb") as f:
+        f.write(content)
+    c = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, cache)
+    assert c.source == "measured"
+    assert load_cached(path, key) is not None      # rewritten, whole
+    assert not [n for n in os.listdir(cache) if n.endswith(".tmp")]
+
+
+def test_a_foreign_or_stale_cost_cache_file_is_measured_again(tmp_path, fake_model_file):
+    cache = tmp_path / "cache"
+    key = device_key(fake_model_file, 2, 0)
+    path = cache_file(cache, key)
+    os.makedirs(cache)
+    other = dict(key, model="/elsewhere/other.gguf")
+    with open(path, "w") as f:
+        json.dump({"key": other, "curve": {"points": {"0": 1.0, "1": 7.0}}}, f)
+    c = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, cache)
+    assert c.source == "measured" and c.rel(1) < 7.0
+    # the model file changed (a new download in place): its size/mtime differ, so measured again
+    with open(fake_model_file, "ab") as f:
+        f.write(b"\0" * 16)
+    assert curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, cache).source == "measured"
+    # points out of any sane range are refused too
+    with open(path, "w") as f:
+        json.dump({"key": key, "curve": {"points": {"0": 1.0, "1": -3}}}, f)
+    assert load_cached(path, key) is None
+
+
+def test_an_unusable_cache_folder_never_stops_loading(tmp_path, fake_model_file):
+    blocker = tmp_path / "file-not-folder"
+    blocker.write_text("x")
+    c = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, blocker)
+    assert c.source == "measured"
+    c = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, None)
+    assert c.source == "measured"
