@@ -668,3 +668,26 @@ async def test_a_chat_past_a_small_context_keeps_going_and_marks_what_the_model_
         conv_children = list(app.query_one("#conversation").children)
         assert conv_children.index(marker.first()) == conv_children.index(views[idx]) - 1
         assert all(not v.has_class("-error") for v in views)
+
+
+async def test_settings_offer_automatic_first_and_say_what_it_picked():
+    from textual.widgets import Switch
+    app, engine = make_app(spec="auto")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("f3")
+        await pilot.pause()
+        screen = app.screen
+        assert screen.query_one("#sw-auto", Switch).value is True
+        assert all(sw.disabled for sw in screen.query(Switch) if sw.id != "sw-auto")
+        plan = str(screen.query_one("#auto-plan").render())
+        assert "uses: ngram-simple" in plan and "ngram-cache" in plan and "draft-simple (" in plan
+        screen.query_one("#sw-auto", Switch).value = False
+        await pilot.pause()
+        assert not screen.query_one("#sw-ngram-mod", Switch).disabled
+        screen.query_one("#sw-ngram-mod", Switch).value = True
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: engine.set_spec_calls >= 2)
+        assert [t.value for t in app.config.spec.types] == ["ngram-mod"]
+        assert config_mod.load().spec.types == app.config.spec.types

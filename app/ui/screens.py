@@ -783,12 +783,20 @@ class SettingsScreen(Screen[SettingsResult | None]):
         yield Static("Settings", classes="s-title")
         with VerticalScroll(id="s-scroll"):
             yield Static("Speculation", classes="s-section")
-            yield Static("Types are asked in this order; the first one with a draft wins.", classes="s-note")
+            auto_on = self.spec.is_auto
+            with Horizontal(classes="type-row", id="row-auto"):
+                yield Switch(value=auto_on, id="sw-auto")
+                yield Label("Automatic", classes="t-name")
+                yield Static("draftlight picks the types this model can use and drafts only where it is "
+                             "expected to pay (recommended)", classes="t-desc")
+            yield Static(self._auto_text(), classes="s-note", id="auto-plan")
+            yield Static("Or choose by hand (Automatic off). Types are asked in this order; the first one with a "
+                         "draft wins.", classes="s-note")
             for t in PRIORITY:
                 reason = self.reasons.get(t.value)
                 with Horizontal(classes="type-row" + (" -unavailable" if reason else ""), id=f"row-{t.value}"):
-                    yield Switch(value=t.value in enabled and reason is None, disabled=reason is not None,
-                                 id=f"sw-{t.value}")
+                    yield Switch(value=t.value in enabled and reason is None,
+                                 disabled=reason is not None or auto_on, id=f"sw-{t.value}")
                     yield Label(t.value, classes="t-name")
                     yield Static(reason or SPEC_INFO.get(t, ""), classes="t-desc", id=f"desc-{t.value}")
                 fields = SPEC_FIELDS.get(t, [])
@@ -907,7 +915,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
             sw = self.query_one(f"#sw-{t.value}", Switch)
             if sw.value and not sw.disabled:
                 types.append(t)
-        spec.types = types
+        spec.types = [SpecType.AUTO] if self.query_one("#sw-auto", Switch).value else types
         for k, v in collect_errors(spec, sampling).items():
             errors.setdefault(k, v)
         ol = self.query_one("#overflow", OptionList)
@@ -930,7 +938,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
             status.add_class("-error")
         else:
             on = [t.value for t in result.spec.types]
-            status.update("speculation: " + (", ".join(on) if on else "off"))
+            status.update("speculation: " + ("automatic" if result.spec.is_auto else ", ".join(on) if on else "off"))
             status.remove_class("-error")
         self.query_one("#s-apply", Button).disabled = bool(errors)
         return not errors
@@ -958,10 +966,41 @@ class SettingsScreen(Screen[SettingsResult | None]):
             row = self.query_one(f"#row-{t.value}", Horizontal)
             sw = self.query_one(f"#sw-{t.value}", Switch)
             row.set_class(reason is not None, "-unavailable")
-            sw.disabled = reason is not None
+            sw.disabled = reason is not None or self.query_one("#sw-auto", Switch).value
             if reason is not None:
                 sw.value = False
             self.query_one(f"#desc-{t.value}", Static).update(reason or SPEC_INFO.get(t, ""))
+        self.spec.draft.model = draft_model or None
+        self.query_one("#auto-plan", Static).update(self._auto_text())
+
+    def _auto_plan(self) -> list:
+        """What Automatic uses and why: the running chain's answer, else from the GGUF headers."""
+        plan = getattr(self.engine, "auto_plan", None) if self.spec.is_auto else None
+        if plan:
+            return list(plan)
+        from speculators.auto import auto_plan
+        path = str(getattr(getattr(self.engine, "model", None), "path", "") or "") or self.model_opts.model
+        try:
+            return auto_plan(SpecParams.auto(draft=dataclasses.replace(self.spec.draft)), path or None)
+        except Exception:
+            return []
+
+    def _auto_text(self) -> str:
+        plan = self._auto_plan()
+        used = [c.name for c in plan if c.used]
+        unused = [f"{c.name} ({c.reason})" for c in plan if not c.used]
+        lines = ["uses: " + (", ".join(used) if used else "nothing")]
+        if unused:
+            lines.append("not: " + "; ".join(unused))
+        return "\n".join(lines)
+
+    @on(Switch.Changed, "#sw-auto")
+    def _auto_switched(self, event: Switch.Changed) -> None:
+        event.stop()
+        for t in PRIORITY:
+            sw = self.query_one(f"#sw-{t.value}", Switch)
+            sw.disabled = event.value or self.reasons.get(t.value) is not None
+        self._schedule_revalidate()
 
     @on(Switch.Changed)
     def _switched(self, event: Switch.Changed) -> None:
