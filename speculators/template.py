@@ -19,8 +19,16 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # A model that ships no chat template is a base (pretrained) model: it was
-# never taught turn tokens, but it continues a plain transcript well. The
-# reply ends where the model starts the user's next line (FALLBACK_STOP).
+# never taught turn tokens, but it continues a plain transcript well -- too
+# well: left alone it writes the user's next line and its own next answer,
+# turn after turn, until the token limit. The reply ends where the model
+# starts any new turn (FALLBACK_STOP), after a newline ("\nUser: ...") or
+# mid-line ("...complete? User: I'd love..."; with "User :" too). The labels
+# are matched with their capital and colon and after whitespace, so ordinary
+# text that merely mentions a user ("the user: ...", "User accounts", "Users:",
+# print("User:", name)) is not cut. The engine cuts a stop string from the
+# reply and never shows it while it forms; the whitespace before it goes with
+# it, so "...complete? User:" ends the reply at "...complete?".
 FALLBACK_PREAMBLE = "A conversation between a curious user and a helpful, knowledgeable assistant."
 FALLBACK_TEMPLATE = (
     "{{ bos_token }}"
@@ -32,7 +40,9 @@ FALLBACK_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
-FALLBACK_STOP = ("\nUser:",)
+FALLBACK_LABELS = ("User", "Assistant")
+FALLBACK_STOP = tuple(f"{ws}{label}{colon}" for label in FALLBACK_LABELS
+                      for ws in ("\n", " ", "\t") for colon in (":", " :"))
 
 
 class ChatTemplateError(ValueError):
