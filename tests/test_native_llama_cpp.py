@@ -106,11 +106,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _native_completion(model: Path, spec_type: str, prompt: str) -> dict:
+def _native_completion(model: Path, spec_type: str, prompt: str, extra: list[str] = ()) -> dict:
+    """One greedy /completion from a fresh llama-server (its caches never carry over)."""
     port = _free_port()
-    srv = subprocess.Popen([str(BIN / "llama-server"), "-m", str(model), "-t", "2", "-tb", "2", "-c", "1024", "--no-warmup",
-                            "--port", str(port), "--host", "127.0.0.1", "--spec-type", spec_type, "-np", "1",
-                            "--no-webui"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    srv = subprocess.Popen([str(BIN / "llama-server"), "-m", str(model), "-t", "2", "-tb", "2", "-c", "1024",
+                            "--no-warmup", "--port", str(port), "--host", "127.0.0.1", "--spec-type", spec_type,
+                            "-np", "1", "--no-webui", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while True:
