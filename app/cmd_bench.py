@@ -1,10 +1,13 @@
 """``draftlight bench``: speculative types side by side, in one process.
 
 For the same prompts it runs llama-cpp-python's own plain generation (the
-reference speed), ``none`` through draftlight's loop, and every listed
-type, then reports per type: tokens/s, speedup over ``none``, drafted and
-accepted tokens, mean acceptance length, drafting cost per call, whether
-the output equals ``none``'s, and the *ceiling*: the tokens/s of one
+reference speed), ``none`` through draftlight's loop, and one row per
+``--spec-type`` (default ``auto``), interleaved prompt by prompt and round
+by round, each run from a fresh chain, and reports per row (and in the
+JSON per prompt, with the adaptive controller's decisions): tokens/s,
+speedup over ``none``, drafted and accepted tokens, mean acceptance
+length, drafting cost per call, whether the output equals ``none``'s, and
+the *ceiling*: the tokens/s of one
 batched verify at full acceptance for the same draft length, measured on
 this machine — so a speedup can be read against what is possible here.
 """
@@ -46,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookup-learn-prompt", action="append", default=[], metavar="TEXT",
                    dest="lookup_learn_prompt", help="a prompt to learn from (repeatable; see --lookup-learn)")
     add_model_args(p)
-    add_spec_args(p)
+    add_spec_args(p, repeatable=True)
 
 
 def load_prompts(args: argparse.Namespace) -> list[str]:
@@ -94,6 +97,10 @@ class Row:
     ceiling_tps: float | None = None
     outputs: list[list[int]] = field(default_factory=list)
     per_speculator: dict = field(default_factory=dict)
+    #: per prompt: tokens, seconds, tokens/s, speedup over none, drafts, the controller's decisions
+    per_prompt: list[dict] = field(default_factory=list)
+    #: the adaptive controller's decisions over all prompts (None: off)
+    controller: object | None = None
 
     @property
     def tps(self) -> float:
@@ -116,6 +123,8 @@ class Row:
             "fraction_of_ceiling": round(self.tps / self.ceiling_tps, 3) if self.ceiling_tps else None,
             "equal_to_none": self.equal_to_none,
             "speculators": self.per_speculator,
+            "controller": self.controller.to_dict() if self.controller is not None else None,
+            "per_prompt": self.per_prompt,
         }
 
 
@@ -260,42 +269,85 @@ def _llama_cpp_python_once(llm, prompt: list[int], max_tokens: int) -> tuple[flo
     return (time.perf_counter() - t_first if t_first is not None else 0.0), out
 
 
-def compare_with_llama_cpp_python(engine, model_path: str, cfg, prompts: list[list[int]], max_tokens: int,
-                                  rounds: int) -> tuple[Row, Row]:
-    """``none`` through draftlight's loop and llama-cpp-python's own loop, interleaved.
+def bench_rows(args: argparse.Namespace, base_spec: SpecParams) -> list[tuple[str, SpecParams]]:
+    """(row name, params) for every ``--spec-type`` (none is always measured, first).
 
-    Both generate the same prompts greedily in this process, alternating
-    run by run, and each prompt counts its fastest of ``rounds`` runs, so a
-    busy machine slows both alike. Returns (llama-cpp-python row, none row).
+    Each ``--spec-type`` gives one row named exactly as given; a single
+    comma list also gets one row per type, then the whole list (as before).
+    Without ``--spec-type``: ``auto``.
     """
-    from llama_cpp import Llama
-    llm = Llama(model_path=model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads or None,
-                n_threads_batch=cfg.n_threads or None, n_gpu_layers=cfg.n_gpu_layers,
-                n_batch=cfg.n_batch, verbose=False)
-    base = Row("llama-cpp-python")
-    none = Row("none")
-    greedy = SamplingParams(temperature=0.0)
-    engine.set_spec(SpecParams())
-    try:
-        for prompt in prompts:
-            best_b, best_n = None, None
-            for _ in range(max(1, rounds)):
-                t, out = _llama_cpp_python_once(llm, prompt, max_tokens)
-                if best_b is None or t < best_b[0]:
-                    best_b = (t, out)
-                res = engine.run(prompt, max_tokens=max_tokens, sampling=greedy)
-                if best_n is None or res.stats.t_gen_s < best_n.stats.t_gen_s:
-                    best_n = res
-            base.seconds += best_b[0]
-            base.tokens += max(0, len(best_b[1]) - 1)
-            base.outputs.append(best_b[1])
-            none.seconds += best_n.stats.t_gen_s
-            none.tokens += max(0, best_n.stats.n_generated - 1)
-            none.steps += best_n.stats.n_steps
-            none.outputs.append(best_n.tokens)
-    finally:
-        llm.close() if hasattr(llm, "close") else None
-    return base, none
+    values = getattr(args, "spec_type", None)
+    if values is None:
+        values = []
+    elif isinstance(values, str):
+        values = [values]
+    values = [v.strip() for v in values if v.strip()]
+    if not values:
+        values = [] if (getattr(args, "lookup_learn", None) or getattr(args, "lookup_learn_prompt", None)) \
+            else ["auto"]
+    names: list[str] = []
+    if len(values) == 1 and "," in values[0]:
+        types = parse_types(values[0])
+        names = [t.value for t in types] + ([",".join(t.value for t in types)] if len(types) > 1 else [])
+    else:
+        names = values
+    rows: list[tuple[str, SpecParams]] = []
+    for name in names:
+        sp = base_spec.copy()
+        sp.types = parse_types(name)
+        if not sp.types or name in [n for n, _ in rows]:
+            continue  # none is always measured; a repeated value is one row
+        sp.validate()
+        rows.append((name, sp))
+    return rows
+
+
+def _new_row(name: str, n_prompts: int) -> Row:
+    row = Row(name)
+    row.outputs = [[] for _ in range(n_prompts)]
+    return row
+
+
+def _add_result(row: Row, res) -> dict:
+    """Fold one prompt's best run into the row; returns its per-prompt figures."""
+    s = res.stats
+    n = max(0, s.n_generated - 1)
+    row.tokens += n
+    row.seconds += s.t_gen_s
+    row.drafted += s.n_drafted
+    row.accepted += s.n_accepted
+    row.steps += s.n_steps
+    for name, st in s.speculators.items():
+        d = row.per_speculator.setdefault(name, {"drafts": 0, "drafted": 0, "accepted": 0, "calls": 0,
+                                                 "draft_us": 0.0, "process_us": 0.0})
+        d["process_us"] += st.t_process_us
+        d["drafts"] += st.n_gen_drafts
+        d["drafted"] += st.n_gen_tokens
+        d["accepted"] += st.n_acc_tokens
+        d["calls"] += st.n_call_draft
+        d["draft_us"] += st.t_draft_us
+        row.draft_calls += st.n_call_draft
+        row.draft_us += st.t_draft_us
+    if s.controller is not None:
+        row.controller = s.controller if row.controller is None else row.controller + s.controller
+    c = s.controller
+    return {"tokens": n, "seconds": round(s.t_gen_s, 4), "tokens_per_s": round(n / s.t_gen_s, 2) if s.t_gen_s else 0.0,
+            "drafted": s.n_drafted, "accepted": s.n_accepted, "steps": s.n_steps,
+            "controller": {"steps": c.n_steps, "drafted": c.n_drafted, "skipped": c.n_skipped, "cut": c.n_cut,
+                           "no_proposal": c.n_no_proposal, "not_asked": c.n_not_asked, "probes": c.n_probes}
+            if c is not None else None}
+
+
+def _finish_row(row: Row) -> None:
+    row.per_speculator = {
+        n: {**d, "draft_ms_per_call": round(d["draft_us"] / d["calls"] / 1000, 4) if d["calls"] else None,
+            "draft_ms_per_token": round(d["draft_us"] / d["drafted"] / 1000, 4) if d["drafted"] else None,
+            # the drafter's whole cost per drafted token: drafting plus mirroring the target's batches
+            "cost_ms_per_drafted_token": round((d["draft_us"] + d["process_us"]) / d["drafted"] / 1000, 4)
+            if d["drafted"] else None}
+        for n, d in row.per_speculator.items()}
+    drafts = sum(d["drafts"] for d in row.per_speculator.values())
+    row.mean_draft_len = row.drafted / drafts if drafts else 0.0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -305,15 +357,14 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_mod.Config()
     mopts = model_options_from_args(args, cfg.model)
-    base_spec = spec_from_args(args, SpecParams())
-    spec_types = list(base_spec.types)
+    flags = argparse.Namespace(**{**vars(args), "spec_type": None})
+    base_spec = spec_from_args(flags, SpecParams())
+    row_specs = bench_rows(args, base_spec)
     learn_texts = _read_prompts(getattr(args, "lookup_learn_prompt", []) or [],
                                 getattr(args, "lookup_learn", []) or [])
     learning = bool(getattr(args, "lookup_learn", None) or getattr(args, "lookup_learn_prompt", None))
     if learning and not learn_texts:
         raise CliError("--lookup-learn: no prompts to learn from")
-    if not spec_types and getattr(args, "spec_type", None) is None and not learning:
-        raise CliError("pass --spec-type LIST with the types to compare with none")
     if args.max_tokens <= 0:
         raise CliError("--max-tokens must be at least 1")
     texts = load_prompts(args) * max(1, args.repeat)
@@ -324,6 +375,7 @@ def run(args: argparse.Namespace) -> int:
     report: dict = {"model": model_path, "n_ctx": engine.ctx.n_ctx, "threads": engine.ctx.n_threads,
                     "max_tokens": args.max_tokens, "prompts": len(texts), "rounds": max(1, args.rounds),
                     "rows": []}
+    llm = None
     try:
         prompts = [engine.prompt_tokens(text=t, raw=True) if args.raw else engine.prompt_tokens(text=t)
                    for t in texts]
@@ -331,39 +383,83 @@ def run(args: argparse.Namespace) -> int:
         if too_long:
             raise CliError(f"a prompt of {too_long[0]} tokens plus {args.max_tokens} to generate "
                            f"does not fit the context of {engine.ctx.n_ctx}; raise -c")
-        _progress("warming up")
-        engine.run(prompts[0], max_tokens=8, sampling=SamplingParams(temperature=0.0))
-
-        rows: list[Row] = []
-        rounds = max(1, args.rounds)
-        if not args.no_baseline:
-            _progress("none and llama-cpp-python, interleaved")
-            base_row, none_row = compare_with_llama_cpp_python(engine, model_path, ecfg, prompts,
-                                                              args.max_tokens, rounds)
-            rows.append(base_row)
-        else:
-            _progress("none")
-            engine.set_spec(SpecParams())
-            none_row = _timed_generation(engine, prompts, args.max_tokens, rounds)
-            none_row.name = "none"
-        rows.append(none_row)
-        configs = [[t] for t in spec_types]
-        if len(spec_types) > 1:
-            configs.append(spec_types)
-        for types in configs:
-            name = ",".join(t.value for t in types)
-            _progress(name)
-            sp = base_spec.copy()
-            sp.types = parse_types([t.value for t in types])
+        greedy = SamplingParams(temperature=0.0)
+        # every row's chain is built once first: type errors surface before any timing,
+        # and auto's verify-cost curve is measured (or read from the cache) here
+        for name, sp in row_specs:
             engine.set_spec(sp)
             for skipped, why in engine.chain.skipped.items():
-                print(f"draftlight: warning: {skipped} is off: {why}", file=sys.stderr)
-            row = _timed_generation(engine, prompts, args.max_tokens, rounds)
-            row.name = name
-            row.equal_to_none = row.outputs == none_row.outputs
-            if row.mean_draft_len >= 1:
-                row.ceiling_tps = measure_ceiling(engine, prompts[0], round(row.mean_draft_len))
-            rows.append(row)
+                print(f"draftlight: warning: {name}: {skipped} is off: {why}", file=sys.stderr)
+            if engine.auto_plan:
+                report.setdefault("auto_plan", {})[name] = [list(c) for c in engine.auto_plan]
+            if engine.cost_curve is not None:
+                report["cost_curve"] = {"source": engine.cost_curve.source,
+                                        "rel": engine.cost_curve.to_list(16),
+                                        "measure_s": round(engine.cost_curve.measure_s, 3)}
+        engine.set_spec(SpecParams())
+        _progress("warming up")
+        engine.run(prompts[0], max_tokens=8, sampling=greedy)
+
+        rounds = max(1, args.rounds)
+        configs: list[tuple[str, SpecParams | None]] = []
+        if not args.no_baseline:
+            from llama_cpp import Llama
+            llm = Llama(model_path=model_path, n_ctx=ecfg.n_ctx, n_threads=ecfg.n_threads or None,
+                        n_threads_batch=ecfg.n_threads or None, n_gpu_layers=ecfg.n_gpu_layers,
+                        n_batch=ecfg.n_batch, verbose=False)
+            configs.append(("llama-cpp-python", None))
+        configs.append(("none", SpecParams()))
+        configs.extend(row_specs)
+        rows = {name: _new_row(name, len(prompts)) for name, _ in configs}
+        per_prompt: dict[str, list[dict]] = {name: [] for name, _ in configs}
+        # interleaved: every prompt runs every row in turn, round after round, each run from a
+        # fresh chain (nothing learned from an earlier run of the same prompt); the fastest counts
+        for pi, prompt in enumerate(prompts):
+            best: dict[str, object] = {}
+            for r in range(rounds):
+                for name, sp in configs:
+                    _progress(f"prompt {pi + 1}/{len(prompts)}, round {r + 1}/{rounds}: {name}")
+                    if sp is None:
+                        t, out = _llama_cpp_python_once(llm, prompt, args.max_tokens)
+                        if name not in best or t < best[name][0]:
+                            best[name] = (t, out)
+                        continue
+                    engine.set_spec(sp)
+                    res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy)
+                    if name not in best or res.stats.t_gen_s < best[name].stats.t_gen_s:
+                        best[name] = res
+            for name, sp in configs:
+                row = rows[name]
+                if sp is None:
+                    t, out = best[name]
+                    row.seconds += t
+                    row.tokens += max(0, len(out) - 1)
+                    row.outputs[pi] = out
+                    per_prompt[name].append({"tokens": max(0, len(out) - 1), "seconds": round(t, 4),
+                                             "tokens_per_s": round(max(0, len(out) - 1) / t, 2) if t else 0.0})
+                    continue
+                res = best[name]
+                row.outputs[pi] = res.tokens
+                per_prompt[name].append(_add_result(row, res))
+        none_row = rows["none"]
+        for name, _ in configs:
+            row = rows[name]
+            _finish_row(row)
+            for pi, d in enumerate(per_prompt[name]):
+                base = per_prompt["none"][pi]["tokens_per_s"]
+                d["index"] = pi
+                d["speedup_vs_none"] = round(d["tokens_per_s"] / base, 3) if base else None
+                if name == "llama-cpp-python":
+                    o, n = row.outputs[pi], none_row.outputs[pi]
+                    d["equal_to_none"] = o[:len(n)] == n[:len(o)]
+                elif name != "none":
+                    d["equal_to_none"] = row.outputs[pi] == none_row.outputs[pi]
+            row.per_prompt = per_prompt[name]
+            if name not in ("none", "llama-cpp-python"):
+                row.equal_to_none = row.outputs == none_row.outputs
+                if row.mean_draft_len >= 1:
+                    row.ceiling_tps = measure_ceiling(engine, prompts[0], round(row.mean_draft_len))
+        ordered = [rows[name] for name, _ in configs]
         if learning:
             _progress("lookup: learning")
             learn_prompts = [engine.prompt_tokens(text=t, raw=True) if args.raw else engine.prompt_tokens(text=t)
@@ -378,20 +474,21 @@ def run(args: argparse.Namespace) -> int:
                 row.equal_to_none = row.outputs == none_row.outputs
                 if row.mean_draft_len >= 1:
                     row.ceiling_tps = measure_ceiling(engine, prompts[0], round(row.mean_draft_len))
-                rows.append(row)
+                ordered.append(row)
             report["lookup_learn"] = details
         base_tps = none_row.tps
-        for r in rows:
-            if r.name == "llama-cpp-python":
-                r.equal_to_none = [o[:len(n)] for o, n in zip(r.outputs, none_row.outputs)] == \
-                    [n[:len(o)] for o, n in zip(r.outputs, none_row.outputs)]
-        report["rows"] = [r.to_dict(base_tps) for r in rows]
-        if rows[0].name == "llama-cpp-python" and rows[0].tps > 0:
-            report["none_vs_llama_cpp_python"] = round(base_tps / rows[0].tps, 3)
+        if "llama-cpp-python" in rows:
+            lcp = rows["llama-cpp-python"]
+            lcp.equal_to_none = all(d.get("equal_to_none") for d in lcp.per_prompt)
+        report["rows"] = [r.to_dict(base_tps) for r in ordered]
+        if ordered[0].name == "llama-cpp-python" and ordered[0].tps > 0:
+            report["none_vs_llama_cpp_python"] = round(base_tps / ordered[0].tps, 3)
         report["synthetic"] = bool(base_spec.synth_len is not None or base_spec.synth_rates)
     except LookupCacheError as e:
         raise CliError(str(e)) from None
     finally:
+        if llm is not None and hasattr(llm, "close"):
+            llm.close()
         engine.close()
     if args.json:
         json.dump(report, sys.stdout, indent=2)
@@ -430,6 +527,20 @@ def print_table(report: dict) -> None:
             if name.startswith("draft-") and sp.get("cost_ms_per_drafted_token") is not None:
                 print(f"{r['name']}: {name} costs {sp['cost_ms_per_drafted_token']:.2f} ms per drafted token "
                       f"(drafting and mirroring the target's batches)")
+    for r in report["rows"]:
+        pp = r.get("per_prompt") or []
+        if r["name"] in ("none", "llama-cpp-python") or not pp:
+            continue
+        sp = [d.get("speedup_vs_none") for d in pp if d.get("speedup_vs_none") is not None]
+        line = f"{r['name']}: per prompt × none: " + " ".join(f"{x:.2f}" for x in sp)
+        if sp:
+            line += f"  (min {min(sp):.2f})"
+        if r.get("controller") is not None:
+            quiet = sum(1 for d in pp if d.get("controller") and d["controller"]["drafted"] == 0)
+            c = r["controller"]
+            line += (f"; controller: {c['n_drafted']} of {c['n_steps']} steps drafted ({c['n_cut']} cut), "
+                     f"{c['n_skipped']} skipped, {quiet} of {len(pp)} prompts without a draft")
+        print(line)
     if "none_vs_llama_cpp_python" in report:
         print(f"none through draftlight's loop runs at {report['none_vs_llama_cpp_python']:.3f}× "
               f"llama-cpp-python's own generation")

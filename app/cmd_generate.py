@@ -10,11 +10,12 @@ import sys
 from speculators.events import FinishEvent, StepEvent
 from speculators.ngram_cache import LookupCacheError
 from speculators.params import SpecParams
+from speculators.auto import uses_type
 from speculators.types import SpecType
 
 from . import config as config_mod
-from .options import (add_model_args, add_sampling_args, add_spec_args, model_options_from_args,
-                      sampling_from_args, spec_from_args)
+from .options import (add_model_args, add_sampling_args, add_spec_args, default_spec, model_options_from_args,
+                      sampling_from_args, spec_types_configured)
 from .lookup_store import DEFAULT_MAX_BYTES, LookupStore, LookupStoreError
 from .runtime import open_engine, stderr_progress
 
@@ -67,23 +68,24 @@ def run(args: argparse.Namespace) -> int:
     except config_mod.ConfigError as e:
         raise CliError(str(e)) from None
     text = read_prompt(args)
-    spec = spec_from_args(args, cfg.spec)
+    # no --spec-type and no types in config.toml: auto
+    spec = default_spec(args, cfg.spec, from_file=not args.no_config and spec_types_configured())
     sampling = sampling_from_args(args, cfg.sampling)
     mopts = model_options_from_args(args, cfg.model)
     max_tokens = args.max_tokens if args.max_tokens is not None else 512
     if max_tokens <= 0:
         raise CliError("--max-tokens must be at least 1")
-    use_store = SpecType.NGRAM_CACHE in spec.types and not getattr(args, "no_lookup_store", False)
+    use_store = uses_type(spec, SpecType.NGRAM_CACHE) and not getattr(args, "no_lookup_store", False)
     max_mib = getattr(args, "lookup_max_mib", None)
     if max_mib is not None and max_mib <= 0:
         raise CliError("--lookup-max-mib must be positive")
     sta = spec.ngram_cache.lookup_cache_static
-    if SpecType.NGRAM_CACHE in spec.types and sta and not os.path.isfile(sta):
+    if uses_type(spec, SpecType.NGRAM_CACHE) and sta and not os.path.isfile(sta):
         # before loading the model: llama.cpp refuses a static cache it cannot open
         raise CliError(str(LookupCacheError(sta, "static", "No such file or directory")))
     try:
         # with the lookup store, the chain is built once the store has loaded the caches
-        engine = open_engine(mopts, SpecParams() if use_store else spec, progress=stderr_progress)
+        engine = open_engine(mopts, spec, progress=stderr_progress, build_chain=not use_store)
     except LookupCacheError as e:
         raise CliError(str(e)) from None
     store = None
@@ -133,6 +135,12 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             for line in engine.chain.print_stats():
                 print(line, file=sys.stderr)
+            if engine.auto_plan:
+                print("auto: " + ", ".join(f"{c.name} {'on' if c.used else 'off'}" for c in engine.auto_plan),
+                      file=sys.stderr)
+            if s.controller is not None:
+                for line in s.controller.summary():
+                    print(f"controller: {line}", file=sys.stderr)
             if lookup is not None:
                 src = lookup["sources"]
                 print("ngram-cache drafted/accepted by cache: " + ", ".join(

@@ -59,10 +59,31 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-s", "--seed", type=_int, help="RNG seed (default: random)")
 
 
-def add_spec_args(p: argparse.ArgumentParser) -> None:
+def _on_off(v: str) -> bool:
+    v = v.strip().lower()
+    if v in ("on", "true", "yes", "1"):
+        return True
+    if v in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {v!r}")
+
+
+def add_spec_args(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
+    """The speculation flags; ``repeatable``: ``--spec-type`` may be given several times (bench rows)."""
     g = p.add_argument_group("speculative decoding (llama.cpp's flags)")
-    g.add_argument("--spec-type", dest="spec_type", metavar="LIST",
-                   help=f"comma-separated speculative types: {all_types_str()} (default: none)")
+    if repeatable:
+        g.add_argument("--spec-type", dest="spec_type", metavar="LIST", action="append",
+                       help=f"speculative types to compare with none, one row per flag: {all_types_str()} "
+                            f"(repeatable; one comma list also gets a row per type; default: auto)")
+    else:
+        g.add_argument("--spec-type", dest="spec_type", metavar="LIST",
+                       help=f"comma-separated speculative types: {all_types_str()} (default: the "
+                            f"configured ones, else auto: the types this model can use, drafting only "
+                            f"where it pays)")
+    g.add_argument("--spec-adaptive", dest="spec_adaptive", type=_on_off, metavar="on|off",
+                   help="the adaptive controller: before each step decide whether to draft and how long, "
+                        "from the measured verify cost and each drafter's acceptance (default: on with "
+                        "auto, off with a list of types, as llama.cpp)")
     g.add_argument("-md", "--spec-draft-model", "--model-draft", dest="spec_draft_model", metavar="FNAME",
                    help="draft model for draft-simple")
     g.add_argument("--spec-draft-n-max", type=_int, dest="spec_draft_n_max", help="max draft tokens (default 3)")
@@ -119,8 +140,13 @@ for _kind in ("simple", "map_k", "map_k4v"):
 def spec_from_args(args: argparse.Namespace, base: SpecParams | None = None) -> SpecParams:
     """Apply the spec flags that were given on top of ``base``; validate."""
     p = (base or SpecParams()).copy()
-    if getattr(args, "spec_type", None) is not None:
-        p.types = parse_types(args.spec_type)
+    spec_type = getattr(args, "spec_type", None)
+    if isinstance(spec_type, list):
+        spec_type = ",".join(spec_type)
+    if spec_type is not None:
+        p.types = parse_types(spec_type)
+    if getattr(args, "spec_adaptive", None) is not None:
+        p.adaptive = args.spec_adaptive
     for flag, (section, name) in _SPEC_FLAG_MAP.items():
         v = getattr(args, flag, None)
         if v is not None:
@@ -131,6 +157,41 @@ def spec_from_args(args: argparse.Namespace, base: SpecParams | None = None) -> 
         p.synth_rates = list(args.spec_synth_rates)
     p.validate()
     return p
+
+
+def spec_types_configured(config_path=None) -> bool:
+    """Whether ``config.toml`` names the speculative types (``[speculation] types``).
+
+    ``generate`` and ``bench`` use ``auto`` when neither a flag nor the file names
+    them. A file that cannot be read counts as not naming them (the caller's
+    own config loading reports it).
+    """
+    import sys
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    from . import paths
+    path = config_path or paths.config_file()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    spec = data.get("speculation")
+    return isinstance(spec, dict) and "types" in spec
+
+
+def default_spec(args: argparse.Namespace, configured: SpecParams, from_file: bool) -> SpecParams:
+    """The flags over the configured speculation; ``auto`` where nothing names the types.
+
+    ``from_file``: the configured params come from a config file that names
+    its types (an explicit ``types = []`` there means none, as before).
+    """
+    base = configured
+    if getattr(args, "spec_type", None) is None and not base.types and not from_file:
+        base = configured.copy()
+        base.types = parse_types("auto")
+    return spec_from_args(args, base)
 
 
 def sampling_from_args(args: argparse.Namespace, base: SamplingParams | None = None) -> SamplingParams:

@@ -31,18 +31,33 @@ def resolve_model_path(opts: ModelOptions, progress: Callable[[int, int, str], N
     return str(ensure_default_model(progress))
 
 
+def cost_cache_dir() -> str:
+    """Where the engine keeps the verify-cost curves the adaptive controller measures."""
+    from . import paths
+    return str(paths.cache_dir() / "costcurves")
+
+
 def engine_config(opts: ModelOptions) -> EngineConfig:
     ngl = opts.n_gpu_layers
     if ngl is None or ngl == -1:
         ngl = default_gpu_layers()
     return EngineConfig(n_ctx=opts.ctx_size if opts.ctx_size is not None else 4096,
-                        n_threads=opts.threads, n_gpu_layers=ngl)
+                        n_threads=opts.threads, n_gpu_layers=ngl, cost_cache_dir=cost_cache_dir())
 
 
 def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
-                progress: Callable[[int, int, str], None] | None = None) -> Engine:
+                progress: Callable[[int, int, str], None] | None = None, build_chain: bool = True) -> Engine:
+    """The engine for ``opts`` with ``spec``'s chain (``build_chain=False``: the model only,
+    loaded as ``spec`` needs it, e.g. with MTP layers; the caller builds the chain)."""
     path = resolve_model_path(opts, progress)
-    return Engine(path, engine_config(opts), spec)
+    if build_chain:
+        return Engine(path, engine_config(opts), spec)
+    cfg = engine_config(opts)
+    if spec is not None:
+        from speculators.auto import target_has_mtp
+        from speculators.types import SpecType
+        cfg.load_mtp = SpecType.DRAFT_MTP in spec.types or (spec.is_auto and target_has_mtp(path))
+    return Engine(path, cfg, SpecParams())
 
 
 def stderr_progress(done: int, total: int, phase: str) -> None:

@@ -161,12 +161,16 @@ class Speculator:
         """Only the first ``n_kept`` tokens of the last draft go to verification.
 
         The adaptive controller cuts drafts to the length it expects to pay;
-        the acceptance then reported is out of the cut draft. A speculator
-        that remembers its last draft's length in ``n_draft_last`` (ngram-mod
-        judges its acceptance fraction by it) sees the verified length.
+        the acceptance then reported is out of the cut draft. What a
+        speculator remembers of its last draft is cut to match: its length
+        in ``n_draft_last`` (ngram-mod judges its acceptance fraction by it)
+        and the per-token sources in ``_last_sources`` (ngram-cache counts
+        drafted tokens per cache from them).
         """
         if isinstance(getattr(self, "n_draft_last", None), int):
             self.n_draft_last = min(self.n_draft_last, n_kept)
+        if isinstance(getattr(self, "_last_sources", None), list):
+            del self._last_sources[n_kept:]
 
     def get_state(self) -> bytes | None:
         """Serialise per-sequence state, or None when there is none."""

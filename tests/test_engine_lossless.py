@@ -165,3 +165,67 @@ def test_events_stream_in_order_and_finish_once(f16_engine, f16_prompts):
             assert len(drafted) == e.n_accepted
             assert [t.draft_pos for t in drafted] == list(range(e.n_accepted))
             assert all(t.drafted_by == e.drafted_by for t in drafted)
+
+
+# -- the adaptive controller (speculators.controller) never changes the output ------------
+
+LONG = 160
+
+
+@pytest.fixture(scope="module")
+def long_none(f16_engine, f16_prompts):
+    f16_engine.set_spec(SpecParams())
+    return [f16_engine.run(p, max_tokens=LONG, sampling=GREEDY).tokens for p in f16_prompts[:3]]
+
+
+@pytest.mark.parametrize("curve", ["eager", "measured"])
+def test_auto_is_lossless_on_f16_over_long_replies(f16_engine, f16_prompts, long_none, curve):
+    """auto under the controller, over replies long enough for it to switch drafters on and off.
+
+    "eager": a cost curve that makes nearly any draft look worth verifying (many drafts, cuts
+    and rejections); "measured": the curve measured on this machine.
+    """
+    from speculators.costcurve import CostCurve
+    saved = f16_engine.cost_curve
+    f16_engine.cost_curve = CostCurve({k: 1.0 + 0.01 * k for k in range(65)}) if curve == "eager" else None
+    try:
+        f16_engine.set_spec(SpecParams.auto())
+        assert f16_engine.controller is not None
+        drafted = accepted = verified = 0
+        for prompt, expected in zip(f16_prompts[:3], long_none):
+            events = list(f16_engine.generate(prompt, max_tokens=LONG, sampling=GREEDY))
+            res = events[-1].result
+            assert res.tokens == expected
+            assert sum(1 for b in res.drafted_by if b) == res.stats.n_accepted
+            for e in events:
+                if isinstance(e, StepEvent) and e.drafted_by:
+                    assert sum(1 for t in e.tokens if t.drafted_by) == e.n_accepted
+            c = res.stats.controller
+            assert c.n_steps == res.stats.n_steps and sum(c.reasons.values()) == c.n_steps
+            drafted += res.stats.n_drafted
+            accepted += res.stats.n_accepted
+            verified += c.n_drafted
+        assert verified > 0 and drafted > 0 and accepted > 0
+        if curve == "eager":
+            assert drafted > accepted  # rejections happened, and were rolled back exactly
+    finally:
+        f16_engine.cost_curve = saved
+        f16_engine.set_spec(SpecParams())
+
+
+def test_controller_on_an_explicit_chain_is_lossless(f16_engine, f16_prompts, none_outputs):
+    from speculators.costcurve import CostCurve
+    saved = f16_engine.cost_curve
+    f16_engine.cost_curve = CostCurve({k: 1.0 + 0.03 * k for k in range(65)})
+    try:
+        p = _spec(CHAIN)
+        p.adaptive = True
+        f16_engine.set_spec(p)
+        assert f16_engine.controller is not None and f16_engine.auto_plan is None
+        for prompt, expected in zip(f16_prompts, none_outputs):
+            res = f16_engine.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY)
+            assert res.tokens == expected
+            assert res.stats.controller.n_steps == res.stats.n_steps
+    finally:
+        f16_engine.cost_curve = saved
+        f16_engine.set_spec(SpecParams())
