@@ -63,6 +63,7 @@ def test_generate_synthetic_acceptance_warns(default_model_path):
     (["--spec-draft-p-min", "2"], "draft.p_min"),
     (["--spec-type", "ngram-simple", "--spec-synth-len", "99"], "synthetic acceptance length"),
     (["--temp", "-1"], "temperature"),
+    (["--spec-type", "auto,ngram-mod"], "cannot be combined with ngram-mod"),
 ])
 def test_bad_options_give_one_clear_line(default_model_path, args, fragment):
     r = draftlight("generate", "-m", str(default_model_path), "-p", "hi", "-n", "4", *args)
@@ -123,3 +124,37 @@ def test_bench_reports_draft_simple_and_its_cost(f16_model_path, q2k_model_path)
     assert ds["equal_to_none"] is True and ds["drafted"] > 0
     cost = ds["speculators"]["draft-simple"]["cost_ms_per_drafted_token"]
     assert cost is not None and cost > 0
+
+
+def test_bad_adaptive_flag_is_refused_without_a_traceback(default_model_path):
+    r = draftlight("generate", "-m", str(default_model_path), "-p", "hi", "--spec-adaptive", "maybe")
+    assert r.returncode == 2 and "expected on or off" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, tmp_path):
+    r = draftlight("bench", "-m", str(f16_model_path), "-p", "Quote exactly: " + TEXT, "-p", "Why do cats purr?",
+                   "--spec-type", "auto", "--spec-type", "ngram-mod", "--spec-type", "ngram-simple,ngram-mod",
+                   "--spec-type", "none", "-n", "16", "--rounds", "1", "--no-baseline", "-t", "2", "--json",
+                   timeout=600)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    rows = {row["name"]: row for row in rep["rows"]}
+    assert [row["name"] for row in rep["rows"]] == ["none", "auto", "ngram-mod", "ngram-simple,ngram-mod"]
+    for name, row in rows.items():
+        pp = row["per_prompt"]
+        assert [d["index"] for d in pp] == [0, 1]
+        assert sum(d["tokens"] for d in pp) == row["tokens"]
+        assert all(d["speedup_vs_none"] > 0 for d in pp)
+        if name != "none":
+            assert all(d["equal_to_none"] is True for d in pp)   # F16: lossless
+    auto = rows["auto"]
+    assert auto["controller"]["n_steps"] == sum(d["controller"]["steps"] for d in auto["per_prompt"])
+    assert rows["ngram-mod"]["controller"] is None and rows["ngram-mod"]["per_prompt"][0]["controller"] is None
+    assert [c[0] for c in rep["auto_plan"]["auto"]][:5] == ["ngram-simple", "ngram-map-k", "ngram-map-k4v",
+                                                            "ngram-mod", "ngram-cache"]
+    assert rep["cost_curve"]["rel"][0] == 1.0
+    # without --spec-type, bench compares auto with none
+    r = draftlight("bench", "-m", str(f16_model_path), "-p", "Why do cats purr?", "-n", "8", "--rounds", "1",
+                   "--no-baseline", "-t", "2", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert [row["name"] for row in json.loads(r.stdout)["rows"]] == ["none", "auto"]
