@@ -38,10 +38,11 @@ def _finish(w) -> None:
     w.close()
 
 
-def _add_spm_vocab(w, tokens: Sequence[str], bos: int = 1, eos: int = 2) -> None:
+def _add_spm_vocab(w, tokens: Sequence[str], bos: int = 1, eos: int = 2,
+                   scores: Sequence[float] | None = None) -> None:
     w.add_tokenizer_model("llama")
     w.add_token_list(list(tokens))
-    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_scores(list(scores) if scores is not None else [0.0] * len(tokens))
     types = [6 if t.startswith("<0x") and len(t) == 6 else 1 for t in tokens]
     types[0] = 2  # unknown
     types[bos] = 3
@@ -59,9 +60,43 @@ def tiny_vocab() -> list[str]:
             + ["\u2581" if c == " " else c for c in TINY_CHARS])
 
 
+def realistic_vocab() -> tuple[list[str], list[float]]:
+    """A 36k-token SPM vocabulary (specials, bytes, characters, then every 2- and 3-letter
+    piece with and without the word-start mark), scored so longer pieces win: text
+    tokenizes into pieces of a few characters, as with a real tokenizer, and the LM head
+    has a realistic size."""
+    import itertools
+    import string
+    base = tiny_vocab()
+    pieces: list[str] = []
+    for n in (2, 3):
+        for t in itertools.product(string.ascii_lowercase, repeat=n):
+            w = "".join(t)
+            pieces += ["\u2581" + w, w]
+    toks = base + pieces
+    scores = [0.0] * len(base) + [float(len(p)) for p in pieces]
+    return toks, scores
+
+
+def _mat_fn(rng, scale: float, half: bool):
+    """Random (rows, cols) weights scaled by 1/sqrt(cols); F16 for realistic sizes."""
+    def mat(rows, cols):
+        if half:
+            m = rng.standard_normal((rows, cols), dtype=np.float32)
+            m *= np.float32(scale / np.sqrt(cols))
+            return m.astype(np.float16)
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+    return mat
+
+
 def write_qwen35_mtp(path: Path, *, n_embd: int = 32, n_ff: int = 64, n_head: int = 2,
                      n_head_kv: int = 1, head_dim: int = 16, seed: int = 0,
-                     with_mtp: bool = True, scale: float = 0.3, mtp_copy: bool = True) -> Path:
+                     with_mtp: bool = True, scale: float = 0.3, mtp_copy: bool = True,
+                     n_trunk: int = 2, full_attention_interval: int = 2, d_state: int = 8,
+                     n_group: int = 2, dt_rank: int = 2, d_conv: int = 4,
+                     rope_dims: int | None = None, rope_sections: Sequence[int] = (4, 2, 2, 0),
+                     vocab: tuple[list[str], list[float]] | None = None, half: bool = False,
+                     name: str = "tiny-qwen35-mtp") -> Path:
     """A tiny qwen35 target: [delta-net, attention] + one MTP block.
 
     ``scale`` keeps the layers' contributions small next to the token
@@ -75,17 +110,15 @@ def write_qwen35_mtp(path: Path, *, n_embd: int = 32, n_ff: int = 64, n_head: in
     import gguf
 
     arch = "qwen35"
-    vocab = tiny_vocab()
+    vocab, scores = vocab if vocab is not None else (tiny_vocab(), None)
     n_vocab = len(vocab)
-    n_trunk = 2
     n_mtp = 1 if with_mtp else 0
-    d_state, n_group, dt_rank, d_conv = 8, 2, 2, 4
     key_dim = d_state * n_group
     value_dim = d_state * dt_rank
     conv_dim = key_dim * 2 + value_dim
 
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("tiny-qwen35-mtp")
+    w.add_name(name)
     w.add_context_length(4096)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_trunk + n_mtp)
@@ -95,29 +128,31 @@ def write_qwen35_mtp(path: Path, *, n_embd: int = 32, n_ff: int = 64, n_head: in
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(rope_dims or head_dim)
     w.add_rope_freq_base(10000.0)
-    w.add_array(f"{arch}.rope.dimension_sections", [4, 2, 2, 0])
+    w.add_array(f"{arch}.rope.dimension_sections", [int(x) for x in rope_sections])
     w.add_uint32(f"{arch}.ssm.conv_kernel", d_conv)
     w.add_uint32(f"{arch}.ssm.inner_size", value_dim)
     w.add_uint32(f"{arch}.ssm.state_size", d_state)
     w.add_uint32(f"{arch}.ssm.time_step_rank", dt_rank)
     w.add_uint32(f"{arch}.ssm.group_count", n_group)
-    w.add_uint32(f"{arch}.full_attention_interval", 2)
+    w.add_uint32(f"{arch}.full_attention_interval", full_attention_interval)
     if with_mtp:
         w.add_uint32(f"{arch}.nextn_predict_layers", n_mtp)
-    w.add_file_type(0)
-    _add_spm_vocab(w, vocab)
+    w.add_file_type(1 if half else 0)
+    _add_spm_vocab(w, vocab, scores=scores)
 
     rng = np.random.default_rng(seed)
-
-    def mat(rows, cols):  # GGUF order: ne0 = cols (input), numpy shape (rows, cols)
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+    mat = _mat_fn(rng, scale, half)  # GGUF order: ne0 = cols (input), numpy shape (rows, cols)
 
     def ones(n):
         return np.ones(n, dtype=np.float32)
 
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, n_embd))).astype(np.float32))
+    if half:
+        w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, n_embd), dtype=np.float32)
+                     .astype(np.float16))
+    else:
+        w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, n_embd))).astype(np.float32))
     w.add_tensor("output_norm.weight", ones(n_embd))
     w.add_tensor("output.weight", mat(n_vocab, n_embd) * 4)
 
@@ -137,30 +172,34 @@ def write_qwen35_mtp(path: Path, *, n_embd: int = 32, n_ff: int = 64, n_head: in
         w.add_tensor(f"blk.{il}.ffn_up.weight", mat(n_ff, n_embd))
         w.add_tensor(f"blk.{il}.ffn_down.weight", mat(n_embd, n_ff))
 
-    # layer 0: gated delta net
-    il = 0
-    w.add_tensor(f"blk.{il}.attn_norm.weight", ones(n_embd))
-    w.add_tensor(f"blk.{il}.post_attention_norm.weight", ones(n_embd))
-    w.add_tensor(f"blk.{il}.attn_qkv.weight", mat(conv_dim, n_embd))
-    w.add_tensor(f"blk.{il}.attn_gate.weight", mat(value_dim, n_embd))
-    w.add_tensor(f"blk.{il}.ssm_conv1d.weight", mat(conv_dim, d_conv))
-    w.add_tensor(f"blk.{il}.ssm_dt.bias", np.zeros(dt_rank, dtype=np.float32))
-    w.add_tensor(f"blk.{il}.ssm_a", -np.ones(dt_rank, dtype=np.float32))
-    w.add_tensor(f"blk.{il}.ssm_beta.weight", mat(dt_rank, n_embd))
-    w.add_tensor(f"blk.{il}.ssm_alpha.weight", mat(dt_rank, n_embd))
-    w.add_tensor(f"blk.{il}.ssm_norm.weight", ones(d_state))
-    w.add_tensor(f"blk.{il}.ssm_out.weight", mat(n_embd, value_dim))
-    ffn(il)
-    # layer 1: full attention
-    attn_block(1)
-    ffn(1)
+    def delta_net(il):
+        w.add_tensor(f"blk.{il}.attn_norm.weight", ones(n_embd))
+        w.add_tensor(f"blk.{il}.post_attention_norm.weight", ones(n_embd))
+        w.add_tensor(f"blk.{il}.attn_qkv.weight", mat(conv_dim, n_embd))
+        w.add_tensor(f"blk.{il}.attn_gate.weight", mat(value_dim, n_embd))
+        # (the conv kernel stays F32: ggml's ssm_conv reads it as F32)
+        w.add_tensor(f"blk.{il}.ssm_conv1d.weight", np.asarray(mat(conv_dim, d_conv), dtype=np.float32))
+        w.add_tensor(f"blk.{il}.ssm_dt.bias", np.zeros(dt_rank, dtype=np.float32))
+        w.add_tensor(f"blk.{il}.ssm_a", -np.ones(dt_rank, dtype=np.float32))
+        w.add_tensor(f"blk.{il}.ssm_beta.weight", mat(dt_rank, n_embd))
+        w.add_tensor(f"blk.{il}.ssm_alpha.weight", mat(dt_rank, n_embd))
+        w.add_tensor(f"blk.{il}.ssm_norm.weight", ones(d_state))
+        w.add_tensor(f"blk.{il}.ssm_out.weight", mat(n_embd, value_dim))
+
+    # every full_attention_interval-th layer is full attention, the others gated delta nets
+    for il in range(n_trunk):
+        if (il + 1) % full_attention_interval == 0:
+            attn_block(il)
+        else:
+            delta_net(il)
+        ffn(il)
     if with_mtp:
         il = n_trunk
         attn_block(il)
         ffn(il)
         eh = mat(n_embd, 2 * n_embd)
         if mtp_copy:  # concat(enorm(e), hnorm(h)): keep e, drop h
-            eh = np.concatenate([np.eye(n_embd, dtype=np.float32), eh[:, n_embd:] * 0.1], axis=1)
+            eh = np.concatenate([np.eye(n_embd, dtype=eh.dtype), eh[:, n_embd:] * eh.dtype.type(0.1)], axis=1)
         w.add_tensor(f"blk.{il}.nextn.eh_proj.weight", eh)
         w.add_tensor(f"blk.{il}.nextn.enorm.weight", ones(n_embd))
         w.add_tensor(f"blk.{il}.nextn.hnorm.weight", ones(n_embd))
@@ -171,37 +210,49 @@ def write_qwen35_mtp(path: Path, *, n_embd: int = 32, n_ff: int = 64, n_head: in
 
 
 def write_tiny_llama_target(path: Path, *, n_embd: int = 32, n_layer: int = 4, n_ff: int = 64,
-                            n_head: int = 2, seed: int = 1, scale: float = 0.3) -> Path:
+                            n_head: int = 2, seed: int = 1, scale: float = 0.3,
+                            n_head_kv: int | None = None,
+                            vocab: tuple[list[str], list[float]] | None = None, half: bool = False,
+                            name: str = "tiny-llama-target") -> Path:
     """A tiny dense ``llama`` target (its graph exposes every layer's input,
     which EAGLE3 and DFlash read; gemma3's does not in this llama.cpp)."""
     import gguf
 
-    vocab = tiny_vocab()
+    vocab, scores = vocab if vocab is not None else (tiny_vocab(), None)
     n_vocab = len(vocab)
+    n_head_kv = n_head if n_head_kv is None else n_head_kv
+    n_kv = n_embd // n_head * n_head_kv
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("tiny-llama-target")
+    w.add_name(name)
     w.add_context_length(4096)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
-    w.add_head_count_kv(n_head)
+    w.add_head_count_kv(n_head_kv)
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(0)
-    _add_spm_vocab(w, vocab)
+    w.add_file_type(1 if half else 0)
+    _add_spm_vocab(w, vocab, scores=scores)
     rng = np.random.default_rng(seed)
+    mat = _mat_fn(rng, scale, half)
 
-    def mat(rows, cols):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, n_embd)).astype(np.float32))
+    if half:
+        w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, n_embd), dtype=np.float32)
+                     .astype(np.float16))
+    else:
+        w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, n_embd)).astype(np.float32))
     w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
-    w.add_tensor("output.weight", mat(n_vocab, n_embd) * 4 / scale)
+    if half:
+        out = mat(n_vocab, n_embd)
+        out *= out.dtype.type(4 / scale)
+    else:
+        out = mat(n_vocab, n_embd) * 4 / scale
+    w.add_tensor("output.weight", out)
     for il in range(n_layer):
         w.add_tensor(f"blk.{il}.attn_norm.weight", np.ones(n_embd, np.float32))
-        for n in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            w.add_tensor(f"blk.{il}.{n}.weight", mat(n_embd, n_embd))
+        for n, rows in (("attn_q", n_embd), ("attn_k", n_kv), ("attn_v", n_kv), ("attn_output", n_embd)):
+            w.add_tensor(f"blk.{il}.{n}.weight", mat(rows, n_embd))
         w.add_tensor(f"blk.{il}.ffn_norm.weight", np.ones(n_embd, np.float32))
         w.add_tensor(f"blk.{il}.ffn_gate.weight", mat(n_ff, n_embd))
         w.add_tensor(f"blk.{il}.ffn_up.weight", mat(n_ff, n_embd))
@@ -212,7 +263,8 @@ def write_tiny_llama_target(path: Path, *, n_embd: int = 32, n_layer: int = 4, n
 
 def write_eagle3(path: Path, *, target_hidden: int = 32, target_layers: Sequence[int] = (1, 2, 3),
                  n_embd: int = 32, n_ff: int = 64, n_head: int = 2, seed: int = 2,
-                 vocab: Sequence[str] | None = None) -> Path:
+                 vocab: Sequence[str] | None = None, scores: Sequence[float] | None = None,
+                 half: bool = False) -> Path:
     """An ``eagle3`` drafter: fc over 3 target layers, one decoder layer.
 
     It has no token embedding or LM head of its own, so llama.cpp takes the
@@ -234,12 +286,10 @@ def write_eagle3(path: Path, *, target_hidden: int = 32, target_layers: Sequence
     w.add_layer_norm_rms_eps(1e-6)
     w.add_array(f"{arch}.target_layers", [int(x) for x in target_layers])
     w.add_uint32(f"{arch}.target_hidden_size", target_hidden)
-    w.add_file_type(0)
-    _add_spm_vocab(w, vocab)
+    w.add_file_type(1 if half else 0)
+    _add_spm_vocab(w, vocab, scores=scores)
     rng = np.random.default_rng(seed)
-
-    def mat(rows, cols):
-        return (rng.standard_normal((rows, cols)) * 0.3 / np.sqrt(cols)).astype(np.float32)
+    mat = _mat_fn(rng, 0.3, half)
 
     n_enc = len(target_layers) * target_hidden
     w.add_tensor("fc.weight", mat(n_embd, n_enc))
@@ -264,7 +314,8 @@ def write_dflash(path: Path, *, target_hidden: int = 32, target_layers: Sequence
                  markov_rank: int = 8, confidence: bool = True, sample_from_anchor: bool | None = None,
                  selector_top_k: int = 0, selector_rank: int = 8, conv_kernel: int = 2,
                  conv_group: int = 8, seed: int = 3, scale: float = 0.3,
-                 vocab: Sequence[str] | None = None) -> Path:
+                 vocab: Sequence[str] | None = None, scores: Sequence[float] | None = None,
+                 half: bool = False) -> Path:
     """A ``dflash`` drafter: fc over the target's layer inputs + decoder layers.
 
     Like published DFlash drafters it has no token embedding or LM head of
@@ -309,13 +360,11 @@ def write_dflash(path: Path, *, target_hidden: int = 32, target_layers: Sequence
         w.add_uint32(f"{arch}.conv_group_size", conv_group)
         w.add_uint32(f"{arch}.selector_rank", selector_rank)
         w.add_uint32(f"{arch}.selector_top_k", selector_top_k)
-    w.add_file_type(0)
-    _add_spm_vocab(w, vocab)
+    w.add_file_type(1 if half else 0)
+    _add_spm_vocab(w, vocab, scores=scores)
     w.add_mask_token_id(mask_token_id)
     rng = np.random.default_rng(seed)
-
-    def mat(rows, cols):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+    mat = _mat_fn(rng, scale, half)
 
     def ones(n):
         return np.ones(n, dtype=np.float32)

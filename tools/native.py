@@ -10,12 +10,14 @@ llama-server and llama-lookup-create from its vendored llama.cpp, once, outside 
 Everything lives under $DRAFTLIGHT_NATIVE_DIR, default ~/.cache/draftlight-native/<version>:
     sdist/llama_cpp_python-<version>.tar.gz, src/llama_cpp_python-<version>/vendor/llama.cpp,
     build/ (cmake), bin/llama-server, bin/llama-lookup-create, bin/BUILD_INFO.
-CPU build, Release, only those two targets, -j$DRAFTLIGHT_NATIVE_JOBS (default 2).
+CPU build, Release, only those two targets, -j$DRAFTLIGHT_NATIVE_JOBS (default 2), plus
+$CMAKE_ARGS (as pip's llama-cpp-python build reads it; a change of it rebuilds).
 Tests import this file (tests/native_tier.py loads it by path) to find the binaries and the source.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -101,10 +103,31 @@ def _ensure_tools(pip_tools: bool) -> None:
             raise SystemExit(f"native build needs `{tool}` on PATH")
 
 
+def _extra_cmake_args() -> list[str]:
+    """``CMAKE_ARGS``, as pip's build of llama-cpp-python reads it: the native binaries must be
+    built like the Python bindings' library (e.g. ``-DGGML_NATIVE=OFF``), or their CPU kernels,
+    and so their numbers, differ."""
+    return shlex.split(os.environ.get("CMAKE_ARGS", ""))
+
+
+def _built_with() -> str | None:
+    info = bin_dir() / "BUILD_INFO"
+    if not info.is_file():
+        return None
+    for line in info.read_text().splitlines():
+        if line.startswith("cmake_args "):
+            return line[len("cmake_args "):]
+    return ""
+
+
 def build(jobs: int | None = None, pip_tools: bool = False) -> Path:
+    want = " ".join(_extra_cmake_args())
     if built():
-        _log(f"reusing {bin_dir()}")
-        return bin_dir()
+        have = _built_with()
+        if have is None or have == want:
+            _log(f"reusing {bin_dir()}")
+            return bin_dir()
+        _log(f"rebuilding: built with CMAKE_ARGS={have!r}, now {want!r}")
     _ensure_tools(pip_tools)
     src = fetch()
     jobs = jobs or int(os.environ.get("DRAFTLIGHT_NATIVE_JOBS", "2"))
@@ -119,6 +142,7 @@ def build(jobs: int | None = None, pip_tools: bool = False) -> Path:
         "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",  # no web UI, no network during the build
         "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
         "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF", "-DGGML_VULKAN=OFF",
+        *_extra_cmake_args(),
     ]
     if shutil.which("ninja"):
         cfg += ["-G", "Ninja"]
@@ -137,7 +161,8 @@ def build(jobs: int | None = None, pip_tools: bool = False) -> Path:
         shutil.copy2(cands[0], tmp)
         os.replace(tmp, out / t)
     minutes = (time.monotonic() - t0) / 60
-    (out / "BUILD_INFO").write_text(f"llama-cpp-python {VERSION}\njobs {jobs}\nminutes {minutes:.1f}\n")
+    (out / "BUILD_INFO").write_text(f"llama-cpp-python {VERSION}\njobs {jobs}\nminutes {minutes:.1f}\n"
+                                    f"cmake_args {want}\n")
     _log(f"built {', '.join(TARGETS)} in {minutes:.1f} min -> {out}")
     # the build tree is large and not needed once the binaries are copied
     if os.environ.get("DRAFTLIGHT_NATIVE_KEEP_BUILD") != "1":
