@@ -56,7 +56,8 @@ UI_DEFAULTS: dict[str, Any] = {
 class Config:
     model: ModelOptions = field(default_factory=ModelOptions)
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    spec: SpecParams = field(default_factory=SpecParams)
+    #: ``auto`` unless config.toml names the types (a file that lists them keeps them)
+    spec: SpecParams = field(default_factory=SpecParams.auto)
     ui: dict[str, Any] = field(default_factory=dict)
     max_tokens: int = 1024
     system_prompt: str = ""
@@ -112,7 +113,10 @@ class Config:
                 raise ConfigError(f"unknown setting sampling.{sorted(unknown)[0]}")
             c.sampling = SamplingParams(**{k: type(getattr(SamplingParams(), k))(v) for k, v in s.items()})
             c.sampling.validate()
-            c.spec = SpecParams.from_dict(data.get("speculation", {}))
+            spec_data = dict(data.get("speculation", {}))
+            c.spec = SpecParams.from_dict(spec_data)
+            if "types" not in spec_data:
+                c.spec.types = SpecParams.auto().types   # nothing configured: automatic
             c.spec.validate()
             c.ui = dict(data.get("ui", {}))
         except ParamError as e:

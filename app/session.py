@@ -842,8 +842,12 @@ class ChatSession:
             raise SessionError("the lookup caches are not in use: turn ngram-cache (or Automatic) on first")
         if self._build_cancel is not None:
             raise SessionError("a static cache is already being built")
+        # the saved chats are read here: the history belongs to the owner thread
+        corpus = self._chats_corpus() if files is None else None
+        if files is None and not corpus.strip():
+            raise SessionError("there are no saved chats to learn from yet")
         self._build_cancel = threading.Event()
-        self._start(self._build_thread, self.store, list(files) if files is not None else None,
+        self._start(self._build_thread, self.store, list(files) if files is not None else None, corpus,
                     self._build_cancel, name="build-static")
 
     def cancel_build(self) -> None:
@@ -860,14 +864,15 @@ class ChatSession:
                 parts.extend(m.content for m in chat.messages if m.content.strip())
         return "\n\n".join(parts)
 
-    def _build_thread(self, store: Any, files: list[str] | None, cancel: threading.Event) -> None:
+    def _build_thread(self, store: Any, files: list[str] | None, corpus: str | None,
+                      cancel: threading.Event) -> None:
         from .lookup_store import BuildCancelled
         tmp = None
         try:
             if files is None:
                 fd, tmp = tempfile.mkstemp(prefix="chats-", suffix=".txt", dir=str(store.folder))
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(self._chats_corpus())
+                    f.write(corpus or "")
                 files = [tmp]
 
             last = [0.0]

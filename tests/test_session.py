@@ -330,12 +330,24 @@ def test_the_chat_learns_the_dynamic_lookup_cache_and_a_new_session_finds_it(tmp
     assert dyn.exists()
     size1 = dyn.stat().st_size
     fig = s.lookup_figures()
-    assert fig["caches"]["dynamic"]["n_entries"] > 0 and set(fig["sources"]) == {"context", "dynamic", "static"}
+    assert fig["caches"]["dynamic"]["entries"] > 0 and set(fig["sources"]) == {"context", "dynamic", "static"}
     s.close()
     # a new session (a restart) loads what the first one learned
     s2, q2 = session()
-    assert s2.store.dynamic.n_entries == fig["caches"]["dynamic"]["n_entries"]
+    assert s2.store.dynamic.n_entries == fig["caches"]["dynamic"]["entries"]
     s2.send("Name the days of the week.")
     drain(s2, q2, lambda: s2.lookup_last_save is not None and s2.job is None, timeout=120)
     assert dyn.stat().st_size > size1
+    # the settings pane's "build static cache from saved chats", with progress
+    s2.build_static_cache(None)
+    built = drain(s2, q2, lambda: s2._build_cancel is None, timeout=120)
+    done = [e for e in built if isinstance(e, sess.StaticBuilt)][-1]
+    assert done.error is None and done.info["entries"] > 0
+    assert any(isinstance(e, sess.StaticBuildProgress) for e in built)
+    assert s2.store.static_path.exists() and s2.lookup_figures()["caches"]["static"]["entries"] == done.info["entries"]
+    # a file that is not there: the build reports it, the static cache stays as it was
+    s2.build_static_cache([str(tmp_path / "missing.txt")])
+    failed = drain(s2, q2, lambda: s2._build_cancel is None, timeout=60)
+    assert [e for e in failed if isinstance(e, sess.StaticBuilt)][-1].error
+    assert s2.lookup_figures()["caches"]["static"]["entries"] == done.info["entries"]
     s2.close()

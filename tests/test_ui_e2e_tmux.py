@@ -1,7 +1,8 @@
 """End to end: the real installed ``draftlight`` on the real default model, in tmux.
 
 1. type a prompt, see the reply stream with ngram-mod's drafted tokens coloured, quit cleanly;
-2. kill -9 the app mid-reply, start it again, and find the chat intact.
+2. kill -9 the app mid-reply, start it again, and find the chat intact;
+3. a new user's first runs (no flags, no config): the chat learns the dynamic lookup cache.
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]
 
-#: the dark theme's ngram-mod colour (#e0af68) as a truecolor SGR parameter
-NGRAM_MOD_SGR = "38;2;224;175;104"
+def _sgr(hex_colour: str) -> str:
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"38;2;{r};{g};{b}"
+
+
+#: the dark theme's ngram-mod colour as a truecolor SGR parameter (from the theme's own data)
+NGRAM_MOD_SGR = _sgr(__import__("themes").load_all(None)[0]["dark"].draft["ngram-mod"].fg)
 
 
 def draftlight_command() -> list[str]:
@@ -148,7 +154,7 @@ def test_killed_mid_reply_the_chat_is_intact_after_a_restart(tmux, tmp_path, def
     assert chat.messages[0].content == prompt
     partial = chat.messages[1]
     assert partial.interrupted and len(partial.tokens) > 0 and partial.content
-    assert "".join(partial.tokens.texts) == partial.content
+    assert "".join(t.text for t in partial.tokens) == partial.content
     assert h.integrity_ok()
     h.close()
     # restart and resume it
@@ -163,3 +169,31 @@ def test_killed_mid_reply_the_chat_is_intact_after_a_restart(tmux, tmp_path, def
     assert first_words in screen
     tmux.keys("C-q")
     tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
+
+
+def test_a_new_user_chats_quits_and_the_next_run_finds_the_lookup_cache_grown(tmux, tmp_path):
+    """No flags, no config: the default model is assembled, Automatic speculation learns as it chats."""
+    from app import paths
+    pidfile = tmp_path / "pid"
+    tmux.start(draftlight_command(), pidfile)
+    tmux.wait_for(r"ready\s*$", timeout=240)   # the first run assembles the default model
+    tmux.keys("List the days of the week.", literal=True)
+    tmux.keys("Enter")
+    tmux.wait_reply_done(timeout=180)
+    tmux.keys("C-q")
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=30)
+    found = sorted(paths.lookup_dir().glob("*/dynamic.bin"))
+    assert len(found) == 1, f"no dynamic cache under {paths.lookup_dir()}"
+    dyn = found[0]
+    size1 = dyn.stat().st_size
+    assert size1 > 0
+    tmux.start(draftlight_command(), pidfile)
+    tmux.wait_for(r"ready\s*$", timeout=120)
+    tmux.keys("Name three colours of the rainbow.", literal=True)
+    tmux.keys("Enter")
+    tmux.wait_reply_done(timeout=180)
+    tmux.keys("C-q")
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=30)
+    assert dyn.stat().st_size > size1
+    # nothing was written outside the test's own folders
+    assert dyn.is_relative_to(tmp_path)

@@ -487,8 +487,8 @@ class DraftlightApp(App[int]):
             self.notify(f"static cache not built: {ev.error}", severity="warning", timeout=8)
         else:
             info = ev.info or {}
-            self.notify(f"Static cache built: {info.get('n_entries', 0):,} entries from "
-                        f"{info.get('n_tokens', 0):,} tokens.", timeout=5)
+            self.notify(f"Static cache built: {info.get('entries', 0):,} entries from "
+                        f"{info.get('tokens', 0):,} tokens.", timeout=5)
         self._refresh_stats()
 
     # -- sending ---------------------------------------------------------------------------

@@ -125,52 +125,7 @@ class TextPromptScreen(ModalScreen[str | None]):
         self.dismiss(self._value() if event.button.id == "ok" else None)
 
     def action_cancel(self) -> None:
-        if self._building:
-            self.post_message(self.CancelBuild())
         self.dismiss(None)
-
-    # -- lookup caches -----------------------------------------------------------------
-    def _lookup_text(self) -> str:
-        lk = self.lookup
-        if not lk:
-            return ("Not in use: turn ngram-cache (or Automatic) on. Its caches live per vocabulary in the "
-                    "data folder: the dynamic one learns from every reply, the static one from what you give it.")
-        lines = [f"folder {lk.get('folder', '')}"]
-        for kind in ("static", "dynamic"):
-            c = (lk.get("caches") or {}).get(kind) or {}
-            state = f"{c.get('n_entries', 0):,} entries, {c.get('file_bytes', 0):,} bytes" if c.get("exists") \
-                else "no file yet"
-            lines.append(f"{kind}: {c.get('path', '')} — {state}")
-        lines.append("The dynamic cache learns from each reply and is saved after it and on exit.")
-        return "\n".join(lines)
-
-    def show_build_progress(self, done: int, total: int, name: str) -> None:
-        bar = self.query_one("#lc-progress", ProgressBar)
-        bar.display = True
-        bar.update(total=total or None, progress=done)
-        self.query_one("#s-status", Static).update(f"learning from {name}…")
-
-    def show_build_done(self, info: dict | None, error: str | None, lookup: dict | None) -> None:
-        self._building = False
-        self.query_one("#lc-progress", ProgressBar).display = False
-        for bid, disabled in (("#lc-chats", False), ("#lc-files", False), ("#lc-cancel", True)):
-            self.query_one(bid, Button).disabled = disabled
-        self.lookup = lookup or self.lookup
-        self.query_one("#lookup-info", Static).update(self._lookup_text())
-        status = self.query_one("#s-status", Static)
-        if error:
-            status.update(f"static cache: {error}")
-            status.add_class("-error")
-        else:
-            status.update(f"static cache built: {(info or {}).get('n_entries', 0):,} entries")
-            status.remove_class("-error")
-
-    def _start_build(self, files: list[str] | None) -> None:
-        self._building = True
-        for bid, disabled in (("#lc-chats", True), ("#lc-files", True), ("#lc-cancel", False)):
-            self.query_one(bid, Button).disabled = disabled
-        self.show_build_progress(0, 0, "saved chats" if files is None else "files")
-        self.post_message(self.BuildStatic(files))
 
     def action_save(self) -> None:
         self.dismiss(self._value())
@@ -526,7 +481,7 @@ def _hint(key: str, kind: str) -> str:
     if kind == "path":
         return {"draft.model": "a GGUF with the target's vocabulary",
                 "ngram_cache.lookup_cache_static": "optional, must exist",
-                "ngram_cache.lookup_cache_dynamic": "optional, updated as you chat"}.get(key, "optional")
+                "ngram_cache.lookup_cache_dynamic": "optional; learns as you chat"}.get(key, "optional")
     return f"default {_fmt(d, kind)}"
 
 
@@ -1066,7 +1021,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
         lines = [f"folder {lk.get('folder', '')}"]
         for kind in ("static", "dynamic"):
             c = (lk.get("caches") or {}).get(kind) or {}
-            state = f"{c.get('n_entries', 0):,} entries, {c.get('file_bytes', 0):,} bytes" if c.get("exists") \
+            state = f"{c.get('entries', 0):,} entries, {c.get('file_bytes', 0):,} bytes" if c.get("exists") \
                 else "no file yet"
             lines.append(f"{kind}: {c.get('path', '')} — {state}")
         lines.append("The dynamic cache learns from each reply and is saved after it and on exit.")
@@ -1090,7 +1045,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
             status.update(f"static cache: {error}")
             status.add_class("-error")
         else:
-            status.update(f"static cache built: {(info or {}).get('n_entries', 0):,} entries")
+            status.update(f"static cache built: {(info or {}).get('entries', 0):,} entries")
             status.remove_class("-error")
 
     def _start_build(self, files: list[str] | None) -> None:

@@ -742,7 +742,7 @@ class StatsPanel(Static):
             for kind in ("static", "dynamic"):
                 c = (lookup.get("caches") or {}).get(kind) or {}
                 size = _size(c.get("file_bytes", 0)) if c.get("exists") else "no file yet"
-                lines.append(Content(f" {kind:<8} {c.get('n_entries', 0):,} entries · {size}"))
+                lines.append(Content(f" {kind:<8} {c.get('entries', 0):,} entries · {size}"))
             src = lookup.get("sources") or {}
             if src:
                 lines.append(Content.styled(" accepted / drafted by cache", "$foreground-muted"))
