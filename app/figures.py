@@ -180,8 +180,8 @@ class SessionStats:
     speculators: dict[str, SpeculatorStats] = field(default_factory=dict)
     #: accepted draft tokens shown in replies, per speculator
     shown_by: Counter = field(default_factory=Counter)
-    #: the adaptive controller's decisions (summed ``ControllerStats.to_dict()``), when it ran
-    controller: dict[str, Any] = field(default_factory=dict)
+    #: the adaptive controller's decisions, summed over replies (a ``ControllerStats``), when it ran
+    controller: Any = None
 
     def add(self, stats: GenerationStats, tokens: Sequence[TokenEvent]) -> None:
         f = ReplyFigures.from_reply(tokens, stats.to_dict())
@@ -192,28 +192,13 @@ class SessionStats:
             self.speculators[name] = s.copy() if cur is None else cur + s
         ctl = getattr(stats, "controller", None)
         if ctl is not None:
-            d = ctl.to_dict() if hasattr(ctl, "to_dict") else dict(ctl)
-            _merge_counts(self.controller, d)
+            self.controller = ctl.copy() if self.controller is None else self.controller + ctl
 
     def with_live(self, live: GenerationStats | None, tokens: Sequence[TokenEvent] = ()) -> "SessionStats":
         """A copy that includes the reply still being written."""
         out = SessionStats(Totals(**self.totals.__dict__), {k: v.copy() for k, v in self.speculators.items()},
-                           Counter(self.shown_by), _copy_counts(self.controller))
+                           Counter(self.shown_by), self.controller.copy() if self.controller is not None else None)
         if live is not None:
             out.add(live, tokens)
             out.totals.replies -= 1
         return out
-
-
-def _merge_counts(into: dict, d: Mapping[str, Any]) -> None:
-    for k, v in d.items():
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, (int, float)):
-            into[k] = into.get(k, 0) + v
-        elif isinstance(v, Mapping):
-            _merge_counts(into.setdefault(k, {}), v)
-
-
-def _copy_counts(d: Mapping[str, Any]) -> dict:
-    return {k: (_copy_counts(v) if isinstance(v, Mapping) else v) for k, v in d.items()}

@@ -350,7 +350,7 @@ async def test_settings_lists_every_type_in_priority_order_with_unavailable_ones
         await pilot.press("f3")
         await pilot.pause()
         switches = [s.id[3:] for s in app.screen.query(Switch)]
-        assert switches == [t.value for t in PRIORITY]
+        assert switches == ["auto"] + [t.value for t in PRIORITY]   # Automatic first
         for name in ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"):
             assert app.screen.query_one(f"#sw-{name}").disabled
             reason = str(app.screen.query_one(f"#desc-{name}").render())
@@ -569,7 +569,7 @@ async def test_command_line_flags_win_but_are_not_saved_by_the_app():
     on_disk = config_mod.load()
     assert on_disk.ui_get("colouring") is False
     # ... but not the one-off flags
-    assert on_disk.sampling.temperature == 0.8 and on_disk.spec.types == [] and on_disk.max_tokens == 1024
+    assert on_disk.sampling.temperature == 0.8 and on_disk.spec.is_auto and on_disk.max_tokens == 1024
 
 
 async def test_the_drafted_run_line_does_not_outlive_the_focused_message():

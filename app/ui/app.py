@@ -290,7 +290,7 @@ class DraftlightApp(App[int]):
         s = self.session
         types = s.active_types
         spec = (", ".join(types) if types else "no speculation") if s.engine is not None else ""
-        top.show(s.model_label, spec, self.state, s.title, len(types))
+        top.show(s.model_label, spec, self.state, s.title, len(types), auto=s.config.spec.is_auto and bool(types))
         waiting = s.configured_types if s.engine is None else []
         legend.show(types, self.draft_styles, self.colouring, self.off_view, self._hover, s.skipped, waiting)
 
@@ -387,6 +387,9 @@ class DraftlightApp(App[int]):
         self.refresh_bindings()
 
     def _ui_SpecApplied(self, ev: sess.SpecApplied) -> None:
+        # the new chain lives until the next change: keep it out of the collector's scans too
+        gc.collect()
+        gc.freeze()
         if ev.error:
             self.notify(f"Speculation not changed: {ev.error}", severity="error", timeout=8)
         else:

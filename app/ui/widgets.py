@@ -609,15 +609,16 @@ class TopBar(Static):
     TopBar { dock: top; height: 1; background: $panel; color: $text-muted; padding: 0 1; }
     """
 
-    def show(self, model: str, spec: str, state: str, chat: str = "", n_spec: int = 0) -> None:
+    def show(self, model: str, spec: str, state: str, chat: str = "", n_spec: int = 0, auto: bool = False) -> None:
         """Name, model and state always; the speculators and the chat title when they fit whole."""
         width = (self.size.width or 80) - 2
         state_c = Content.styled(state, "$accent" if "…" in state else "$foreground-muted")
         room = max(0, width - state_c.cell_length - 2)
         left = Content.assemble(("draftlight", "bold $primary"), "  ", (model, "$foreground"))
         if spec:
-            full = Content.assemble("  ·  ", (spec, "$secondary"))
-            short = Content.assemble("  ·  ", (f"{n_spec} speculators" if n_spec > 1 else spec, "$secondary"))
+            prefix = "auto: " if auto else ""
+            full = Content.assemble("  ·  ", (prefix + spec, "$secondary"))
+            short = Content.assemble("  ·  ", (prefix + (f"{n_spec} speculators" if n_spec > 1 else spec), "$secondary"))
             for piece in (full, short):
                 if left.cell_length + piece.cell_length <= room:
                     left = left + piece
@@ -706,10 +707,10 @@ class StatsPanel(Static):
         mal = f.mean_acceptance_length
         lines.append(Content(f"mean acceptance length {mal:.2f}" if mal else "mean acceptance length –"))
         ctl = session.controller
-        if ctl:
+        if ctl is not None:
             lines.append(Content(""))
-            lines.append(Content.styled("Automatic speculation", "bold $secondary"))
-            lines.extend(Content(" " + line) for line in controller_lines(ctl))
+            lines.append(Content.styled("Automatic speculation: what it decided", "bold $secondary"))
+            lines.extend(Content(" " + line) for line in ctl.summary())
         if not session.speculators:
             lines += [Content(""), Content.styled("No speculator has run yet.", "$foreground-muted"),
                       Content.styled("Choose speculation in Settings (F3).", "$foreground-muted")]
@@ -761,20 +762,6 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
-
-
-def controller_lines(ctl: Mapping[str, Any]) -> list[str]:
-    """The adaptive controller's decisions in words (its counters, summed over replies)."""
-    out: list[str] = []
-    names = {"n_steps_drafted": "steps drafted", "n_steps_skipped": "steps not drafted",
-             "n_drafts_cut": "drafts cut short", "n_probes": "probes"}
-    shown = [f"{label} {ctl[k]}" for k, label in names.items() if isinstance(ctl.get(k), (int, float))]
-    if shown:
-        out.append(" · ".join(shown))
-    for k, v in ctl.items():
-        if isinstance(v, Mapping) and v:
-            out.append(f"{k.replace('_', ' ')}: " + ", ".join(f"{r} {n}" for r, n in v.items()))
-    return out
 
 
 class LoadPanel(Vertical):
