@@ -625,12 +625,12 @@ class FieldRow(Horizontal):
     """label · input · hint or error, on one line."""
 
     DEFAULT_CSS = """
-    FieldRow { height: 1; margin-left: 4; }
+    FieldRow { height: auto; margin-left: 4; }
     FieldRow > .f-label { width: 20; color: $text-muted; }
     FieldRow > Input { width: 12; }
     FieldRow.-wide > Input { width: 1fr; max-width: 44; }
     FieldRow > .f-note { width: 1fr; color: $text-muted; padding-left: 2; }
-    FieldRow.-wide > .f-note { width: auto; max-width: 30; }
+    FieldRow.-wide > .f-note { width: 1fr; }
     FieldRow > .f-note.-error { color: $error; text-style: bold; }
     """
 

@@ -111,7 +111,12 @@ class ScriptedEngine:
 
     def set_spec(self, params: SpecParams, resources: dict | None = None) -> _Chain:
         params.validate()
-        types = [t.value for t in params.types]
+        if params.is_auto:
+            # as the real chain: Automatic picks what this model can use (here: the n-gram types)
+            from speculators.auto import auto_plan
+            types = [c.name for c in auto_plan(params, None) if c.used]
+        else:
+            types = [t.value for t in params.types]
         ok = [t for t in types if t not in self.unavailable]
         skipped = {t: self.unavailable[t] for t in types if t in self.unavailable}
         self.chain = _Chain(ok, skipped)
