@@ -128,7 +128,7 @@ class Row:
         }
 
 
-def _timed_generation(engine, prompts, max_tokens, rounds: int = 1) -> Row:
+def _timed_generation(engine, prompts, max_tokens, rounds: int = 1, stop=()) -> Row:
     """Run every prompt; time only token generation (prompt decoding excluded).
 
     With ``rounds`` > 1 each prompt runs that many times and the fastest
@@ -138,7 +138,8 @@ def _timed_generation(engine, prompts, max_tokens, rounds: int = 1) -> Row:
     greedy = SamplingParams(temperature=0.0)
     per: dict[str, dict] = {}
     for prompt in prompts:
-        res = min((engine.run(prompt, max_tokens=max_tokens, sampling=greedy) for _ in range(max(1, rounds))),
+        res = min((engine.run(prompt, max_tokens=max_tokens, sampling=greedy, stop=stop)
+                   for _ in range(max(1, rounds))),
                   key=lambda r: r.stats.t_gen_s)
         s = res.stats
         # time from the first token on (as llama-cpp-python's loop below)
@@ -172,7 +173,7 @@ def _timed_generation(engine, prompts, max_tokens, rounds: int = 1) -> Row:
 
 
 def lookup_learn_effect(engine, learn_prompts: list[list[int]], prompts: list[list[int]], max_tokens: int,
-                        spec: SpecParams | None = None) -> tuple[Row, Row, dict]:
+                        spec: SpecParams | None = None, stop=()) -> tuple[Row, Row, dict]:
     """What a learned dynamic cache brings to ngram-cache: (without, with, details).
 
     First the ``learn_prompts`` are answered (greedy) with ngram-cache and a
@@ -201,7 +202,7 @@ def lookup_learn_effect(engine, learn_prompts: list[list[int]], prompts: list[li
     engine.set_spec(sp, resources={"lookup_static": static or NgramCache(), "lookup_dynamic": learned})
     n_learn_tokens = 0
     for p in learn_prompts:
-        res = engine.run(p, max_tokens=max_tokens, sampling=greedy)
+        res = engine.run(p, max_tokens=max_tokens, sampling=greedy, stop=stop)
         seq = list(p) + list(res.tokens)
         learn_tokens(learned, seq, learner.new_from(seq))
         n_learn_tokens += len(res.tokens)
@@ -209,7 +210,7 @@ def lookup_learn_effect(engine, learn_prompts: list[list[int]], prompts: list[li
     sources = {}
     for name, dyn in (("ngram-cache, no dynamic", NgramCache()), ("ngram-cache, learned dyn", learned)):
         engine.set_spec(sp, resources={"lookup_static": static or NgramCache(), "lookup_dynamic": dyn})
-        row = _timed_generation(engine, prompts, max_tokens)
+        row = _timed_generation(engine, prompts, max_tokens, stop=stop)
         row.name = name
         rows.append(row)
         sources[name] = LookupStore.contribution(engine)
@@ -384,6 +385,9 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"a prompt of {too_long[0]} tokens plus {args.max_tokens} to generate "
                            f"does not fit the context of {engine.ctx.n_ctx}; raise -c")
         greedy = SamplingParams(temperature=0.0)
+        # a model without a chat template chats through a transcript: its replies end at the
+        # stop string, as in the chat (without it the model goes on writing both sides)
+        stop = () if args.raw else tuple(engine.template.stop_strings)
         # every row's chain is built once first: type errors surface before any timing,
         # and auto's verify-cost curve is measured (or read from the cache) here
         for name, sp in row_specs:
@@ -425,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
                             best[name] = (t, out)
                         continue
                     engine.set_spec(sp)
-                    res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy)
+                    res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop)
                     if name not in best or res.stats.t_gen_s < best[name].stats.t_gen_s:
                         best[name] = res
             for name, sp in configs:
@@ -469,7 +473,7 @@ def run(args: argparse.Namespace) -> int:
                 raise CliError(f"a prompt to learn from of {too_long[0]} tokens plus {args.max_tokens} to "
                                f"generate does not fit the context of {engine.ctx.n_ctx}; raise -c")
             without, with_, details = lookup_learn_effect(engine, learn_prompts, prompts, args.max_tokens,
-                                                          base_spec)
+                                                          base_spec, stop=stop)
             for row in (without, with_):
                 row.equal_to_none = row.outputs == none_row.outputs
                 if row.mean_draft_len >= 1:

@@ -217,6 +217,11 @@ class _SpecState:
         #: typical proposal length
         self.len_typ = float(max(1, min(spec.n_max if spec.n_max > 0 else params.max_len, params.max_len)))
         self.potential = 0.0
+        self.name = spec.name
+        #: this speculator's counters in ControllerStats.per_speculator
+        self.per: dict[str, float] = {}
+        #: steps between asks while cold (from the cost of a call)
+        self.interval = 1
         self._pot_key: tuple | None = None
         self._pot: tuple[int, float] = (0, 0.0)
 
@@ -314,18 +319,18 @@ class ControllerStats:
         return d
 
     def summary(self) -> list[str]:
-        """A few lines for a statistics panel."""
-        lines = [f"steps {self.n_steps}: drafted {self.n_drafted} (cut {self.n_cut}, probes {self.n_probes}), "
-                 f"skipped {self.n_skipped}, nothing proposed {self.n_no_proposal}, not asked {self.n_not_asked}"]
+        """Short lines (about 40 columns) for a statistics panel."""
+        lines = [f"steps {self.n_steps} · drafted {self.n_drafted} (cut {self.n_cut})",
+                 f"skipped {self.n_skipped} · nothing to draft {self.n_no_proposal + self.n_not_asked}"]
+        if self.n_probes:
+            lines.append(f"probes {self.n_probes}")
         if self.cost_curve:
             c = self.cost_curve
-            pts = ", ".join(f"{k}:{c[k]:.2f}" for k in (1, 2, 4, 8, 16) if k < len(c))
-            lines.append(f"verify cost vs 1 token ({self.cost_source}): {pts}")
+            pts = " ".join(f"{k}:{c[k]:.2f}" for k in (1, 2, 4, 8) if k < len(c))
+            lines.append(f"verify cost ({self.cost_source or 'given'}) {pts}")
         for name, p in self.per_speculator.items():
-            lines.append(f"{name}: {'on' if p.get('active') else 'cold'}, est. acceptance "
-                         f"{p.get('accept_est', 0) * 100:.0f}%, gain {p.get('gain_est', 0):.2f}x, verified "
-                         f"{int(p.get('verified', 0))}, skipped {int(p.get('skipped', 0))}, "
-                         f"scored unverified {int(p.get('shadow', 0))}")
+            lines.append(f"{name} {'on' if p.get('active') else 'cold'} · acc {p.get('accept_est', 0) * 100:.0f}% · "
+                         f"gain {p.get('gain_est', 0):.2f}× · used {int(p.get('verified', 0))}")
         return lines
 
 
@@ -357,6 +362,7 @@ class Controller:
         self._rel: list[float] = []
         self._rel_dirty = True
         self._rel_version = 0
+        self._snap_version = -1
         self._refresh_stats()
 
     # -- cost ------------------------------------------------------------------
@@ -514,7 +520,7 @@ class Controller:
             st = self.states.get(id(spec))
             if st is None:
                 st = self.states[id(spec)] = _SpecState(spec, p)
-            per = self._per(spec.name)
+            per = st.per or self._bind(st)
             k_pot, g_pot = self._potential(st, n_max)
             st.potential = g_pot
             active = g_pot >= thr and st.model.n_observed > 0.0
@@ -535,9 +541,11 @@ class Controller:
                         s.n_calls_saved += 1
                         per["calls_saved"] += 1
                         continue
-                    st.next_probe = self.step + self._probe_interval(st)
+                    st.next_probe = self.step + st.interval
                 n_ask = n_max
-            draft, dt = self.chain.ask(spec, DraftRequest(req.prompt, req.id_last, req.pos0, n_ask))
+            t0 = self.clock()
+            draft, _ = self.chain.ask(spec, DraftRequest(req.prompt, req.id_last, req.pos0, n_ask))
+            dt = self.clock() - t0
             asked += 1
             per["calls"] += 1
             if draft:
@@ -546,6 +554,8 @@ class Controller:
                 st.len_typ = 0.8 * st.len_typ + 0.2 * min(len(draft), p.max_len)
             elif not st.expensive:
                 st.t_call = dt if st.t_call is None else 0.8 * st.t_call + 0.2 * dt
+            if not st.expensive and (per["calls"] <= 2 or (self.step & 7) == 0):
+                st.interval = self._probe_interval(st)   # follows the call's cost, now and then
             if not draft:
                 continue
             draft = draft[:n_ask]
@@ -566,9 +576,9 @@ class Controller:
         for st, draft in shadows:
             self._open_record(st, draft, req.pos0 + 1)
             s.n_shadow += 1
-            self._per(st.spec.name)["shadow"] += 1
+            st.per["shadow"] += 1
             if chosen is None:
-                self._per(st.spec.name)["skipped"] += 1
+                st.per["skipped"] += 1
         if chosen is None:
             if shadows:
                 s.n_skipped += 1
@@ -581,10 +591,9 @@ class Controller:
                 s.n_not_asked += 1
                 dec.reason = "not_asked"
             s.last_reason = dec.reason
-            self._refresh_stats()
             return dec
         g, k, st, draft, probe = chosen
-        per = self._per(st.spec.name)
+        per = st.per
         verified = draft[:k]
         self._open_record(st, draft, req.pos0 + 1)
         self.chain.commit(st.spec, verified, len(draft))
@@ -604,7 +613,6 @@ class Controller:
         else:
             dec.reason = "drafted"
         s.last_reason = dec.reason
-        self._refresh_stats()
         return dec
 
     def _open_record(self, st: _SpecState, draft: Sequence[int], start: int) -> None:
@@ -646,6 +654,10 @@ class Controller:
             self.observe_time(len(dec.draft), seconds)
 
     # -- statistics -------------------------------------------------------------------
+    def _bind(self, st: _SpecState) -> dict[str, float]:
+        st.per = self._per(st.name)
+        return st.per
+
     def _per(self, name: str) -> dict[str, float]:
         d = self.stats.per_speculator.get(name)
         if d is None:
@@ -656,17 +668,19 @@ class Controller:
 
     def _refresh_stats(self) -> None:
         s = self.stats
-        if self._rel_dirty or not s.cost_curve or self.step % 16 == 0:
+        if self._rel_dirty or not s.cost_curve or self._snap_version != self._rel_version:
+            self._snap_version = self._rel_version
             s.cost_curve = [round(self.rel(k), 3) for k in range(17)]
             t1 = self.t1_s
             s.t1_ms = round(t1 * 1000, 3) if t1 else None
         thr = 1.0 + self.params.margin
         for st in self.states.values():
-            d = self._per(st.spec.name)
+            d = st.per or self._bind(st)
             d["accept_est"] = round(st.model.rates(1)[0], 4)
             d["gain_est"] = round(st.potential, 4)
             d["active"] = 1 if st.potential >= thr else 0
 
     def snapshot(self) -> ControllerStats:
+        """A copy of the statistics with the current estimates (cheap enough for every stats event)."""
         self._refresh_stats()
         return self.stats - ControllerStats()

@@ -202,4 +202,4 @@ def test_generate_with_auto_learns_into_the_lookup_store(default_model_path, cap
     rc = main(args + ["--spec-type", "ngram-simple", "--spec-adaptive", "on", "--stats"])
     out, err = capsys.readouterr()
     assert rc == 0 and json.loads(out)["stats"]["controller"] is not None
-    assert "controller: steps" in err
+    assert "controller: steps" in err and "verify cost" in err
