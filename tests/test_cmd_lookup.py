@@ -44,11 +44,16 @@ def folder_of(vocab):
     return ls.folder_for_fingerprint(ls.tokenizer_fingerprint(vocab))
 
 
+def as_read_by_f(text: str) -> str:
+    """A corpus file's text as llama.cpp's -f reads it: one trailing newline dropped."""
+    return text[:-1] if text.endswith("\n") else text
+
+
 def static_by_hand(vocab, *texts):
-    """What llama-lookup-create counts: the 2-grams of each tokenized text."""
+    """What llama-lookup-create -f counts: the 2-grams of each tokenized file text."""
     c = NgramCache()
     for t in texts:
-        toks = vocab.tokenize(t, add_special=True, parse_special=True)
+        toks = vocab.tokenize(as_read_by_f(t), add_special=True, parse_special=True)
         c.update(toks, 2, 2, len(toks))
     return c
 
@@ -105,7 +110,7 @@ def test_merge_adds_counts(tmp_path, capsys):
 def test_stats_simulates_drafting(default_model, vocab, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_text(CORPUS)
-    tokens = vocab.tokenize(CORPUS, add_special=True, parse_special=True)
+    tokens = vocab.tokenize(as_read_by_f(CORPUS), add_special=True, parse_special=True)
     rc, out, err = run(capsys, "lookup", "stats", "--no-static", "--no-dynamic", "--json", str(text))
     assert rc == 0, err
     bare = json.loads(out)
