@@ -197,3 +197,45 @@ def test_a_new_user_chats_quits_and_the_next_run_finds_the_lookup_cache_grown(tm
     assert dyn.stat().st_size > size1
     # nothing was written outside the test's own folders
     assert dyn.is_relative_to(tmp_path)
+
+
+def test_a_small_context_keeps_chatting_past_its_limit(tmux, tmp_path, default_model_path):
+    """-c 256: the conversation outgrows the context; every message still gets a reply."""
+    tmux.start([*draftlight_command(), "--model", str(default_model_path), "-c", "256", "-n", "32",
+                "--temp", "0", "-t", "2"], tmp_path / "pid")
+    tmux.wait_for(r"ready\s*$")
+    para = ("Here is a note about my garden: the tomatoes are red, the beans climb the fence, the "
+            "lettuce grows fast in spring, and the herbs smell of summer. ")
+    def replies_done() -> int:
+        h = History()
+        try:
+            chats = h.list_chats()
+            msgs = h.load_chat(chats[0].id).messages if chats else []
+            return sum(1 for m in msgs if m.role == "assistant" and m.status == "done")
+        finally:
+            h.close()
+
+    for i in range(5):
+        tmux.keys(f"Message {i}. {para}What should I plant next?", literal=True)
+        tmux.keys("Enter")
+        deadline = time.monotonic() + 120
+        while replies_done() < i + 1:
+            assert time.monotonic() < deadline, f"reply {i} did not finish:\n{tmux.screen()}"
+            time.sleep(0.3)
+        screen = tmux.wait_reply_done(timeout=60)
+        assert "context holds" not in screen and "error" not in screen.lower()
+    h = History()
+    chat = h.load_chat(h.list_chats()[0].id)
+    assert [m.role for m in chat.messages] == ["user", "assistant"] * 5   # the history keeps them all
+    assert all(m.status == "done" and m.content for m in chat.messages if m.role == "assistant")
+    h.close()
+    # the chat marks where the model's view now begins
+    tmux.keys("PageUp")
+    tmux.keys("PageUp")
+    deadline = time.monotonic() + 10
+    while "no longer sees" not in tmux.screen() and time.monotonic() < deadline:
+        tmux.keys("PageUp")
+        time.sleep(0.3)
+    assert "no longer sees" in tmux.screen()
+    tmux.keys("C-q")
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
