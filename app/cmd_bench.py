@@ -485,6 +485,11 @@ def run(args: argparse.Namespace) -> int:
             lcp = rows["llama-cpp-python"]
             lcp.equal_to_none = all(d.get("equal_to_none") for d in lcp.per_prompt)
         report["rows"] = [r.to_dict(base_tps) for r in ordered]
+        cm = engine.cost_model
+        if cm is not None and "cost_curve" in report:
+            # the curve as the steps of this run refined it
+            report["cost_curve"]["online"] = [round(cm.rel(k), 4) for k in range(17)]
+            report["cost_curve"]["t1_ms"] = round(cm.t1_s * 1000, 3)
         if ordered[0].name == "llama-cpp-python" and ordered[0].tps > 0:
             report["none_vs_llama_cpp_python"] = round(base_tps / ordered[0].tps, 3)
         report["synthetic"] = bool(base_spec.synth_len is not None or base_spec.synth_rates)

@@ -96,7 +96,7 @@ class ControllerParams:
     #: the longest draft ever verified
     max_len: int = 64
     #: share of the step time that asking cold (not worth verifying) cheap drafters may take
-    probe_budget: float = 0.015
+    probe_budget: float = 0.006
     #: model drafters: real probes of ``probe_len`` tokens, every ``probe_every`` steps at
     #: first, doubling after each failed probe up to ``probe_every_max``
     probe_len: int = 2
@@ -334,38 +334,33 @@ class ControllerStats:
         return lines
 
 
-class Controller:
-    """Decides each step's draft; see the module docstring.
+class CostModel:
+    """The verify-cost curve as the controller uses it: measured, then refined online.
 
-    ``chain`` is a :class:`~speculators.chain.SpeculatorChain`; the
-    controller asks its speculators through :meth:`SpeculatorChain.ask`
-    and tells it the chosen draft with :meth:`SpeculatorChain.commit`, so
-    the chain's accept accounting works as without the controller.
+    One per engine (it is the device's, not the chain's), so what the steps
+    teach survives a rebuilt chain.
     """
 
-    def __init__(self, chain, curve: CostCurve, params: ControllerParams | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
-        self.chain = chain
+    def __init__(self, curve: CostCurve, params: ControllerParams | None = None):
         self.curve = curve
         self.params = params or ControllerParams()
-        self.clock = clock
-        self.states: dict[int, _SpecState] = {id(s): _SpecState(s, self.params) for s in chain.speculators}
-        self.stats = ControllerStats(cost_source=curve.source)
-        self.step = 0
-        self._base = 0
-        self._out: list[int] = []
-        self._started = False
-        # online cost estimate: one-token step time, decaying sums for a line t = a + b * n
+        # online estimate: one-token step time, decaying sums for a line t = a + b * n
         self._t1: float | None = None
         self._reg = [0.0] * 5
         self._n_timed = 0
         self._rel: list[float] = []
         self._rel_dirty = True
-        self._rel_version = 0
-        self._snap_version = -1
-        self._refresh_stats()
+        #: bumped whenever rel() changes
+        self.version = 0
 
-    # -- cost ------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        return self.curve.source
+
+    def refresh(self) -> None:
+        """Fold what was observed into rel() now (it is otherwise done every few steps)."""
+        self._rel_dirty = True
+
     def rel(self, k: int) -> float:
         """Verify cost of a ``k``-token draft in one-token steps (measured, refined online)."""
         if self._rel_dirty:
@@ -403,7 +398,7 @@ class Controller:
         base[0] = 1.0
         self._rel = base
         self._rel_dirty = False
-        self._rel_version += 1
+        self.version += 1
 
     @property
     def t1_s(self) -> float:
@@ -412,7 +407,7 @@ class Controller:
             return self._t1
         return self.curve.t1_s or 0.02
 
-    def observe_time(self, n_draft: int, seconds: float) -> None:
+    def observe(self, n_draft: int, seconds: float) -> None:
         """The engine timed a verify step with a draft of ``n_draft`` tokens.
 
         One-token steps give the absolute step time; all steps feed a
@@ -439,6 +434,44 @@ class Controller:
         self._n_timed += 1
         if self._n_timed % 8 == 0:
             self._rel_dirty = True
+
+
+class Controller:
+    """Decides each step's draft; see the module docstring.
+
+    ``chain`` is a :class:`~speculators.chain.SpeculatorChain`; the
+    controller asks its speculators through :meth:`SpeculatorChain.ask`
+    and tells it the chosen draft with :meth:`SpeculatorChain.commit`, so
+    the chain's accept accounting works as without the controller.
+    """
+
+    def __init__(self, chain, cost: CostCurve | CostModel, params: ControllerParams | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.chain = chain
+        self.params = params or ControllerParams()
+        self.cost = cost if isinstance(cost, CostModel) else CostModel(cost, self.params)
+        self.curve = self.cost.curve
+        self.clock = clock
+        self.states: dict[int, _SpecState] = {id(s): _SpecState(s, self.params) for s in chain.speculators}
+        self.stats = ControllerStats(cost_source=self.cost.source)
+        self.step = 0
+        self._base = 0
+        self._out: list[int] = []
+        self._started = False
+        self._snap_version = -1
+        self._refresh_stats()
+
+    # -- cost (delegated to the shared cost model) ---------------------------------
+    def rel(self, k: int) -> float:
+        """Verify cost of a ``k``-token draft in one-token steps (measured, refined online)."""
+        return self.cost.rel(k)
+
+    @property
+    def t1_s(self) -> float:
+        return self.cost.t1_s
+
+    def observe_time(self, n_draft: int, seconds: float) -> None:
+        self.cost.observe(n_draft, seconds)
 
     # -- per generation ------------------------------------------------------------
     def begin(self) -> None:
@@ -468,7 +501,7 @@ class Controller:
     def _potential(self, st: _SpecState, n_max: int) -> tuple[int, float]:
         """(best length, expected gain) of asking ``st`` now, its drafting cost included."""
         n = max(1, min(n_max, int(round(st.len_typ))))
-        key = (st.model.version, self._rel_version, n, self.step // 16)
+        key = (st.model.version, self.cost.version, n, self.step // 16)
         if key != st._pot_key:
             st._pot_key = key
             st._pot = self._potential_now(st, n)
@@ -668,8 +701,9 @@ class Controller:
 
     def _refresh_stats(self) -> None:
         s = self.stats
-        if self._rel_dirty or not s.cost_curve or self._snap_version != self._rel_version:
-            self._snap_version = self._rel_version
+        if not s.cost_curve or self._snap_version != self.cost.version:
+            self.rel(0)
+            self._snap_version = self.cost.version
             s.cost_curve = [round(self.rel(k), 3) for k in range(17)]
             t1 = self.t1_s
             s.t1_ms = round(t1 * 1000, 3) if t1 else None

@@ -3,11 +3,12 @@
 Speculation pays only when the tokens a draft brings in outweigh the wider
 verify batch it needs. How much wider costs depends on the model, the
 device and the thread count, so the curve is measured, once, on the real
-context: batches of 1, 2, 3, ... tokens are decoded after a short prefix
+context: batches of 2, 3, 4, ... tokens are decoded after a short prefix
 (with logits for every row, and every row sampled, as a verify step does),
-each size timed a few times, the fastest kept, all sizes interleaved so a
-busy machine slows them alike. ``rel(n)`` is the time of a batch of
-``n + 1`` tokens over the time of one token (``rel(0) == 1``).
+each right after a one-token batch; the median of a few such paired
+ratios counts, so a busy machine moves it little. ``rel(n)`` is the time
+of a batch of ``n + 1`` tokens over the time of one token
+(``rel(0) == 1``).
 
 The measurement is kept in a small JSON file per model file (path, size,
 modification time), device/backend, thread count and GPU layers, so later
@@ -33,9 +34,9 @@ from typing import Any
 FORMAT = 1
 #: the batch sizes (draft lengths n; batches of n + 1) measured at load
 MEASURE_LENGTHS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-#: rounds per size (the fastest counts); rounds after the first stop once the budget is spent
-MEASURE_ROUNDS = 3
-MEASURE_BUDGET_S = 1.0
+#: rounds per size (the median ratio counts); rounds after the second stop once the budget is spent
+MEASURE_ROUNDS = 5
+MEASURE_BUDGET_S = 1.5
 _PREFIX_TEXT = ("The lighthouse keeper climbed the steps every evening and wrote down the weather, "
                 "the ships he saw and the colour of the sea.")
 
@@ -107,6 +108,9 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
             sample=None, budget_s: float = MEASURE_BUDGET_S) -> CostCurve:
     """Time verify batches on ``ctx`` (its KV cache is cleared afterwards).
 
+    Each wider batch is timed right after a one-token batch and the two
+    times are divided: a ratio taken back to back is little moved by the
+    rest of a busy machine, and the median of the rounds' ratios counts.
     ``sample(ctx, i)`` samples output row ``i`` (default: numpy argmax, as
     greedy verification does).
     """
@@ -118,35 +122,43 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
     t_start = time.perf_counter()
     prefix = model.tokenize(_PREFIX_TEXT, add_special=True, parse_special=False)[:32]
     n_ctx = ctx.n_ctx
-    lengths = tuple(n for n in lengths if len(prefix) + n + 1 < n_ctx and n + 1 <= ctx.n_batch)
+    lengths = tuple(n for n in lengths if n > 0 and len(prefix) + n + 1 < n_ctx and n + 1 <= ctx.n_batch)
     tok = prefix[-1]
-    best: dict[int, float] = {}
+    pos = len(prefix)
+
+    def timed(n: int) -> float:
+        t0 = time.perf_counter()
+        ctx.decode([tok] * (n + 1), pos, logits="all" if n else "last")
+        if n:
+            for i in range(n + 1):
+                sample(ctx, i)
+        else:
+            sample(ctx, -1)
+        dt = time.perf_counter() - t0
+        if not ctx.seq_rm(pos, -1):
+            ctx.clear()
+            ctx.decode(prefix, 0, logits="last")
+        return dt
+
+    ratios: dict[int, list[float]] = {n: [] for n in lengths}
+    ones: list[float] = []
     ctx.clear()
     ctx.decode(prefix, 0, logits="last")
-    pos = len(prefix)
     try:
+        timed(0)  # warm-up: the first decode after a clear pays for allocations
         for r in range(max(1, rounds)):
-            if r > 0 and time.perf_counter() - t_start > budget_s:
+            if r > 1 and time.perf_counter() - t_start > budget_s:
                 break
             for n in lengths:
-                batch = [tok] * (n + 1)
-                t0 = time.perf_counter()
-                ctx.decode(batch, pos, logits="all" if n else "last")
-                if n:
-                    for i in range(n + 1):
-                        sample(ctx, i)
-                else:
-                    sample(ctx, -1)
-                dt = time.perf_counter() - t0
-                best[n] = min(best.get(n, dt), dt)
-                if not ctx.seq_rm(pos, -1):
-                    ctx.clear()
-                    ctx.decode(prefix, 0, logits="last")
+                t1 = timed(0)
+                tn = timed(n)
+                ones.append(t1)
+                ratios[n].append(tn / t1 if t1 > 0 else 1.0)
     finally:
         ctx.clear()
-    t1 = best.get(0) or 1e-9
-    return CostCurve(clean_points({n: t / t1 for n, t in best.items()}), t1, "measured",
-                     time.perf_counter() - t_start)
+    points = {0: 1.0, **{n: float(np.median(v)) for n, v in ratios.items() if v}}
+    t1 = float(np.median(ones)) if ones else None
+    return CostCurve(clean_points(points), t1, "measured", time.perf_counter() - t_start)
 
 
 def clean_points(points: dict[int, float]) -> dict[int, float]:

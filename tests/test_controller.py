@@ -210,7 +210,7 @@ def test_online_timings_refine_the_measured_curve():
     for i in range(200):
         n = int(rng.integers(0, 9))
         ctl.observe_time(n, 0.010 + 0.001 * n)
-    ctl._rel_dirty = True
+    ctl.cost.refresh()
     assert ctl.rel(8) == pytest.approx(1.8, rel=0.05)
     assert ctl.t1_s == pytest.approx(0.010, rel=0.05)
     # a stall (a busy machine) moves the estimate only a little
