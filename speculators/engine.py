@@ -34,7 +34,8 @@ import llama_cpp as lc
 
 from .base import DraftRequest
 from .chain import SpeculatorChain
-from .controller import Controller, ControllerParams, CostModel
+from .context_shift import ShiftRecord, chain_blockers, plan_shift, shift_context
+from .controller import Controller, ControllerParams
 from .costcurve import CostCurve, curve_for
 from .events import (
     STOP_CANCELLED, STOP_CONTEXT, STOP_EOG, STOP_LENGTH, STOP_STRING,
@@ -68,6 +69,10 @@ class EngineConfig:
     #: where the verify-cost curve measured for the adaptive controller is kept
     #: (one small JSON file per model file, device and thread count; None: not kept)
     cost_cache_dir: str | None = None
+    #: on a context shift, clear the memory and decode the kept tokens again even where
+    #: the memory could move positions in place (tests the path recurrent/hybrid and
+    #: small sliding-window caches need)
+    force_shift_redecode: bool = False
 
 
 @dataclass
@@ -115,7 +120,8 @@ class Engine:
         #: the adaptive controller of the current chain (None when off)
         self.controller: Controller | None = None
         self.controller_params = ControllerParams()
-        self._cost_model_obj: CostModel | None = None
+        #: the context shifts of the last generation (see :meth:`generate`)
+        self.last_shifts: list[ShiftRecord] = []
         self.set_spec(self.spec)
 
     # -- speculation ---------------------------------------------------------
@@ -127,7 +133,7 @@ class Engine:
         controller = None
         if chain.adaptive and chain.speculators:
             try:
-                controller = Controller(chain, self._cost_model(), self.controller_params)
+                controller = Controller(chain, self._cost_curve(), self.controller_params)
             except BaseException:
                 chain.close()
                 raise
@@ -142,18 +148,6 @@ class Engine:
     def auto_plan(self) -> list | None:
         """With ``auto``: (type, used, reason) for every type; None otherwise."""
         return self.chain.auto_plan if self.chain is not None else None
-
-    @property
-    def cost_model(self) -> CostModel | None:
-        """The controller's cost model (the measured curve and what steps taught it), once made."""
-        return self._cost_model_obj
-
-    def _cost_model(self) -> CostModel:
-        """The cost model shared by every chain of this engine (what steps teach it is kept)."""
-        curve = self._cost_curve()
-        if self._cost_model_obj is None or self._cost_model_obj.curve is not curve:
-            self._cost_model_obj = CostModel(curve, self.controller_params)
-        return self._cost_model_obj
 
     def _cost_curve(self) -> CostCurve:
         """The verify-cost curve: given, cached for this model and device, or measured now."""
@@ -188,14 +182,26 @@ class Engine:
     def generate(self, prompt: Sequence[int], max_tokens: int = 512,
                  sampling: SamplingParams | None = None, stop: Sequence[str] = (),
                  cancel: Callable[[], bool] | None = None,
-                 stats_interval_s: float = 0.25) -> Iterator[Event]:
-        """Yield :class:`StepEvent` s, :class:`StatsEvent` s, then one :class:`FinishEvent`."""
+                 stats_interval_s: float = 0.25, context_shift: bool = False,
+                 n_keep: int = 0) -> Iterator[Event]:
+        """Yield :class:`StepEvent` s, :class:`StatsEvent` s, then one :class:`FinishEvent`.
+
+        ``context_shift``: when the context fills up during the reply, keep
+        its first ``n_keep`` tokens (at least the BOS token; the caller
+        passes e.g. the tokens of the system turn), drop half of the rest and go on (as
+        llama-server does; see :mod:`speculators.context_shift`) instead of
+        ending with ``STOP_CONTEXT``. :attr:`last_shifts` lists the shifts
+        of this generation. With a hidden-state drafter in the chain the
+        reply still ends at the limit (the finish message says why).
+        """
         sampling = sampling or SamplingParams()
         prompt = list(prompt)
         if not prompt:
             raise GenerationError("the prompt is empty")
         if max_tokens <= 0:
             raise GenerationError("max tokens must be at least 1")
+        if n_keep < 0:
+            raise GenerationError("n_keep must be 0 or more")
         n_ctx = self.ctx.n_ctx
         if len(prompt) >= n_ctx:
             raise GenerationError(
@@ -209,9 +215,13 @@ class Engine:
         stats = GenerationStats(n_prompt=len(prompt), synthetic=bool(synth_probs))
         base_spec_stats = chain.stats()
         ctrl = self.controller if self.controller is not None and self.controller.chain is chain else None
+        self.last_shifts = []
+        if context_shift and prompt[0] == self.model.info.bos >= 0:
+            n_keep = max(n_keep, 1)  # the BOS token is always kept (as llama-server does)
         try:
             yield from self._run(prompt, max_tokens, sampler, tuple(stop), cancel, chain, stats,
-                                 synth_probs, synth_rng, stats_interval_s, base_spec_stats, ctrl)
+                                 synth_probs, synth_rng, stats_interval_s, base_spec_stats, ctrl,
+                                 n_keep if context_shift else None)
         finally:
             sampler.close()
 
@@ -243,7 +253,7 @@ class Engine:
 
     def _run(self, prompt, max_tokens, sampler: Sampler, stop, cancel, chain: SpeculatorChain,
              stats: GenerationStats, synth_probs, synth_rng, stats_interval_s, base_spec_stats,
-             ctrl: Controller | None = None):
+             ctrl: Controller | None = None, shift_keep: int | None = None):
         model, ctx = self.model, self.ctx
         base_ctrl_stats = ctrl.snapshot() if ctrl is not None else None
         if ctrl is not None:
@@ -264,6 +274,7 @@ class Engine:
         reply = ReplyBuilder(model, stop, max_tokens)
         finish: str | None = None
         last_stats = t1
+        no_shift = ""  # why the context cannot shift ("": it can, or was not asked to)
 
         def emit(tokens: Sequence[int], by: str | None, n_draft: int) -> tuple[list[TokenEvent], str | None]:
             evs: list[TokenEvent] = []
@@ -284,8 +295,16 @@ class Engine:
                 finish = STOP_CANCELLED
                 break
             if n_past >= n_ctx:
-                finish = STOP_CONTEXT
-                break
+                blockers = chain_blockers(chain) if shift_keep is not None else []
+                if shift_keep is None or blockers:
+                    if blockers:
+                        no_shift = f"context shift is not supported with {', '.join(blockers)}"
+                    finish = STOP_CONTEXT
+                    break
+                history = self._shift(history, shift_keep, chain, reply.n_produced)
+                n_past = len(history)
+                if ctrl is not None:
+                    ctrl.begin()  # its pending proposals were scored at the old positions
             remaining = max_tokens - reply.n_produced
             room = n_ctx - n_past - 1
             # the verify batch must fit one decode call, or earlier rows lose their logits
@@ -361,14 +380,35 @@ class Engine:
             STOP_EOG: "the model ended its reply",
             STOP_STRING: "a stop string appeared",
             STOP_LENGTH: f"reached the limit of {max_tokens} tokens",
-            STOP_CONTEXT: f"the context of {n_ctx} tokens is full",
+            STOP_CONTEXT: f"the context of {n_ctx} tokens is full" + (f" ({no_shift})" if no_shift else ""),
             STOP_CANCELLED: "stopped",
         }.get(finish or "", "")
+        if self.last_shifts:
+            n_sh = len(self.last_shifts)
+            dropped = sum(r.n_discard for r in self.last_shifts)
+            message += (f"; the context was shifted {n_sh} time{'s' if n_sh != 1 else ''} "
+                        f"({dropped} older tokens left out)")
         result = GenerationResult(reply.text, [t.id for t in reply.tokens],
                                   [t.drafted_by for t in reply.tokens], [t.draft_pos for t in reply.tokens],
                                   finish or STOP_EOG, stats, message)
         yield StatsEvent(stats)
         yield FinishEvent(result)
+
+    def _shift(self, history: list[int], n_keep: int, chain: SpeculatorChain, n_reply: int) -> list[int]:
+        """Cut the full context (keep ``n_keep``, drop half the rest); the kept history."""
+        t0 = time.perf_counter()
+        n_keep, n_discard = plan_shift(len(history), self.ctx.n_ctx, n_keep)
+        try:
+            kept, mode = shift_context(self.ctx, self.model, history, n_keep, n_discard, chain,
+                                       redecode=self.config.force_shift_redecode)
+        except Exception:
+            self.ctx.clear()
+            self.kv_tokens = []
+            raise
+        self.kv_tokens = list(kept)
+        self.last_shifts.append(ShiftRecord(len(history), n_keep, n_discard, mode,
+                                            time.perf_counter() - t0, n_reply))
+        return kept
 
     def _accept_synth(self, sampler: Sampler, draft: list[int], probs: Sequence[float],
                       rng: random.Random) -> list[int]:
