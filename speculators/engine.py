@@ -112,6 +112,8 @@ class Engine:
         )
         #: tokens whose KV cells are in the context (position i holds kv_tokens[i])
         self.kv_tokens: list[int] = []
+        #: (n_tokens, partial state) checkpoints for prefix reuse when use_checkpoints
+        self._prefix_ckpts: list[tuple[int, bytearray]] = []
         self.spec = spec or SpecParams()
         self.chain: SpeculatorChain | None = None
         #: the verify-cost curve (measured or read from the cache when the controller first needs it;
@@ -228,7 +230,7 @@ class Engine:
     def _prefill(self, prompt: list[int]) -> int:
         """Decode the prompt, reusing a cached prefix; returns tokens reused."""
         keep = 0
-        if self.config.reuse_prefix and not self.use_checkpoints:
+        if self.config.reuse_prefix:
             kv = self.kv_tokens
             m = min(len(kv), len(prompt) - 1)  # the last prompt token is always decoded
             while keep < m and kv[keep] == prompt[keep]:
@@ -236,11 +238,25 @@ class Engine:
             drop = len(kv) - keep
             if self.n_swa > 0 and drop > self.ctx.n_batch // 2:
                 keep = 0  # the sliding-window cache may no longer hold what we'd need
+            if keep > 0 and self.use_checkpoints:
+                # a recurrent state cannot be cut back: restart from the newest context
+                # checkpoint inside the common prefix (llama-server's --ctx-checkpoints)
+                ck = max((c for c in self._prefix_ckpts if c[0] <= keep), key=lambda c: c[0], default=None)
+                if ck is None:
+                    keep = 0
+                else:
+                    keep = ck[0]
+                    try:
+                        self.ctx.state_set(ck[1], partial=self.model.is_hybrid or self.model.is_recurrent)
+                    except Exception:
+                        keep = 0
+        self._prefix_ckpts = [c for c in self._prefix_ckpts if c[0] <= keep] if keep else []
         if keep == 0:
             self.ctx.clear()
         elif not self.ctx.seq_rm(keep, -1):
             self.ctx.clear()
             keep = 0
+            self._prefix_ckpts = []
         self.kv_tokens = list(prompt[:keep])
         try:
             self.ctx.decode(prompt[keep:], keep, logits="last")
@@ -249,7 +265,20 @@ class Engine:
             self.kv_tokens = []
             raise
         self.kv_tokens = list(prompt)
+        self._save_prefix_ckpt()
         return keep
+
+    #: context checkpoints kept for prefix reuse on targets that cannot drop a partial sequence
+    MAX_PREFIX_CKPTS = 4
+
+    def _save_prefix_ckpt(self) -> None:
+        """Remember the recurrent state at len(kv_tokens), for the next prompt's prefix reuse."""
+        if not (self.use_checkpoints and self.config.reuse_prefix):
+            return
+        n = len(self.kv_tokens)
+        ck = [c for c in self._prefix_ckpts if c[0] != n]
+        ck.append((n, self.ctx.state_get(partial=self.model.is_hybrid or self.model.is_recurrent)))
+        self._prefix_ckpts = ck[-self.MAX_PREFIX_CKPTS:]
 
     def _run(self, prompt, max_tokens, sampler: Sampler, stop, cancel, chain: SpeculatorChain,
              stats: GenerationStats, synth_probs, synth_rng, stats_interval_s, base_spec_stats,
@@ -367,6 +396,8 @@ class Engine:
                     stats.controller = ctrl.snapshot() - base_ctrl_stats
                 yield StatsEvent(stats)
 
+        if finish in (STOP_EOG, STOP_LENGTH, STOP_STRING):
+            self._save_prefix_ckpt()  # the next turn of a chat starts with this reply
         tail = reply.finish(finish)
         if tail:
             yield StepEvent(tail)
@@ -406,6 +437,8 @@ class Engine:
             self.kv_tokens = []
             raise
         self.kv_tokens = list(kept)
+        # positions moved: prefix checkpoints past the kept tokens describe another history
+        self._prefix_ckpts = [c for c in self._prefix_ckpts if c[0] <= n_keep]
         self.last_shifts.append(ShiftRecord(len(history), n_keep, n_discard, mode,
                                             time.perf_counter() - t0, n_reply))
         return kept
