@@ -75,7 +75,8 @@ class ChatEngine(Protocol):
 
     def generate(self, prompt: Sequence[int], max_tokens: int = 512, sampling: SamplingParams | None = None,
                  stop: Sequence[str] = (), cancel: Callable[[], bool] | None = None,
-                 stats_interval_s: float = 0.25) -> Iterator[Any]: ...
+                 stats_interval_s: float = 0.25, context_shift: bool = False,
+                 n_keep: int = 0) -> Iterator[Any]: ...
 
     def close(self) -> None: ...
 
@@ -94,17 +95,15 @@ def default_engine_factory(model_options: ModelOptions, spec: SpecParams, progre
     cfg = engine_config(model_options)
     if hasattr(cfg, "load_mtp"):
         # the chain is built after the model (so a bad chain never blocks it): say now if MTP is wanted
-        cfg.load_mtp = SpecType.DRAFT_MTP in spec.types or _is_auto(spec)
+        from speculators.auto import target_has_mtp
+        cfg.load_mtp = SpecType.DRAFT_MTP in spec.types or (spec.is_auto and target_has_mtp(path))
     return Engine(path, cfg, SpecParams())
-
-
-def _is_auto(spec: SpecParams) -> bool:
-    return any(getattr(t, "value", t) == "auto" for t in spec.types)
 
 
 def uses_lookup_caches(spec: SpecParams) -> bool:
     """ngram-cache is asked for, by name or under ``auto``."""
-    return SpecType.NGRAM_CACHE in spec.types or _is_auto(spec)
+    from speculators.auto import uses_type
+    return uses_type(spec, SpecType.NGRAM_CACHE)
 
 
 # ---------------------------------------------------------------------------
@@ -554,8 +553,12 @@ class ChatSession:
                     self.post(ContextTrimmed(key, cut[0], cut[1], len(prompt), _engine_n_ctx(engine)))
                 stop = tuple(getattr(getattr(engine, "template", None), "stop_strings", ()) or ())
                 result = None
+                # under the rolling window a reply that fills the context shifts it (the system
+                # prompt stays) instead of stopping, as llama-server does
+                rolling = overflow == "rolling"
+                n_keep = system_tokens(engine, job.messages) if rolling else 0
                 for ev in engine.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                                          cancel=job.cancel.is_set):
+                                          cancel=job.cancel.is_set, context_shift=rolling, n_keep=n_keep):
                     if isinstance(ev, StepEvent):
                         if ev.tokens:
                             self._add_tokens(job, ev.tokens)
@@ -942,6 +945,18 @@ def _engine_n_ctx(engine: Any) -> int:
 
 class ContextOverflow(UserError):
     """The conversation (or one message) does not fit the context under the chosen policy."""
+
+
+def system_tokens(engine: Any, messages: list[dict]) -> int:
+    """Tokens the system prompt takes at the start of the prompt (1: just BOS, when there is none)."""
+    if not messages or messages[0]["role"] != "system":
+        return 1
+    head = engine.prompt_tokens(messages=messages[:1])
+    full = engine.prompt_tokens(messages=messages)
+    n = 0
+    while n < min(len(head), len(full)) and head[n] == full[n]:
+        n += 1
+    return max(1, n)
 
 
 def reply_room(n_ctx: int, max_tokens: int) -> int:

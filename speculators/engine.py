@@ -35,7 +35,7 @@ import llama_cpp as lc
 from .base import DraftRequest
 from .chain import SpeculatorChain
 from .context_shift import ShiftRecord, chain_blockers, plan_shift, shift_context
-from .controller import Controller, ControllerParams
+from .controller import Controller, ControllerParams, CostModel
 from .costcurve import CostCurve, curve_for
 from .events import (
     STOP_CANCELLED, STOP_CONTEXT, STOP_EOG, STOP_LENGTH, STOP_STRING,
@@ -122,6 +122,7 @@ class Engine:
         #: the adaptive controller of the current chain (None when off)
         self.controller: Controller | None = None
         self.controller_params = ControllerParams()
+        self._cost_model_obj: CostModel | None = None
         #: the context shifts of the last generation (see :meth:`generate`)
         self.last_shifts: list[ShiftRecord] = []
         self.set_spec(self.spec)
@@ -135,7 +136,7 @@ class Engine:
         controller = None
         if chain.adaptive and chain.speculators:
             try:
-                controller = Controller(chain, self._cost_curve(), self.controller_params)
+                controller = Controller(chain, self._cost_model(), self.controller_params)
             except BaseException:
                 chain.close()
                 raise
@@ -150,6 +151,18 @@ class Engine:
     def auto_plan(self) -> list | None:
         """With ``auto``: (type, used, reason) for every type; None otherwise."""
         return self.chain.auto_plan if self.chain is not None else None
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        """The controller's cost model (the measured curve and what steps taught it), once made."""
+        return self._cost_model_obj
+
+    def _cost_model(self) -> CostModel:
+        """The cost model shared by every chain of this engine (what steps teach it is kept)."""
+        curve = self._cost_curve()
+        if self._cost_model_obj is None or self._cost_model_obj.curve is not curve:
+            self._cost_model_obj = CostModel(curve, self.controller_params)
+        return self._cost_model_obj
 
     def _cost_curve(self) -> CostCurve:
         """The verify-cost curve: given, cached for this model and device, or measured now."""

@@ -222,6 +222,8 @@ def test_bench_lookup_learn_reports_both_side_by_side(default_model, capsys):
     out = capsys.readouterr().out
     assert "ngram-cache, learned dyn" in out and "lookup learning: 2 prompts" in out
     assert "ngram-cache with it:    drafted" in out
-    # without --spec-type nor --lookup-learn there is still nothing to compare
-    rc, out, err = run(capsys, "bench", "-p", "x")
-    assert rc == 1 and "--spec-type" in err
+    # without --spec-type, bench compares Automatic speculation with none
+    rc, out, err = run(capsys, "bench", "--no-baseline", "--json", "-t", "1", "-c", "512", "-n", "4",
+                       "--rounds", "1", "-p", "x")
+    assert rc == 0, err
+    assert [r["name"] for r in json.loads(out)["rows"]] == ["none", "auto"]

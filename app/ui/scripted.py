@@ -130,7 +130,7 @@ class ScriptedEngine:
         return [1] * max(1, sum(len(m["content"]) for m in messages) // 4)
 
     def generate(self, prompt, max_tokens: int = 512, sampling=None, stop=(), cancel=None,
-                 stats_interval_s: float = 0.25) -> Iterator:
+                 stats_interval_s: float = 0.25, context_shift: bool = False, n_keep: int = 0) -> Iterator:
         if self.fail:
             raise GenerationError(self.fail)
         script = self.script(self.requests[-1] if self.requests else []) if callable(self.script) else self.script
