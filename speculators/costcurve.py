@@ -26,10 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from .ngram_cache import atomic_write
 
 FORMAT = 1
 #: the batch sizes (draft lengths n; batches of n + 1) measured at load
@@ -223,19 +224,7 @@ def save_cached(path: str, key: dict[str, Any], curve: CostCurve) -> bool:
     try:
         os.makedirs(d, exist_ok=True)
         data = json.dumps({"key": key, "curve": {**curve.to_dict(), "source": "measured"}}, indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=".costcurve-", suffix=".tmp", dir=d)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(path, data.encode("utf-8"))
     except OSError:
         return False
     return True

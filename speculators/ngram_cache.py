@@ -250,6 +250,47 @@ def _part_order(part: Mapping[int, int]) -> list[int]:
 # ---------------------------------------------------------------------------
 
 
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it over ``path``."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    base = os.path.basename(path)
+    tmp = None
+    for attempt in range(100):
+        cand = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            # 0o666 & ~umask, like the C++ ofstream
+            fd = os.open(cand, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        except FileExistsError:
+            continue
+        tmp = cand
+        break
+    if tmp is None:  # pragma: no cover
+        raise OSError(f"cannot create a temporary file next to {path}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable where the platform allows
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dfd)
+
+
 class NgramCache:
     """n-gram -> {following token: times seen} (``common_ngram_cache``).
 
@@ -487,44 +528,7 @@ class NgramCache:
         written back unchanged. The data goes to a temporary file in the
         same directory, is flushed and fsynced, and replaces ``path``.
         """
-        data = self.to_bytes(order)
-        path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        base = os.path.basename(path)
-        tmp = None
-        for attempt in range(100):
-            cand = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-            try:
-                # 0o666 & ~umask, like the C++ ofstream
-                fd = os.open(cand, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-            except FileExistsError:
-                continue
-            tmp = cand
-            break
-        if tmp is None:  # pragma: no cover
-            raise OSError(f"cannot create a temporary file next to {path}")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        try:  # make the rename itself durable where the platform allows
-            dfd = os.open(directory, os.O_RDONLY)
-        except OSError:  # pragma: no cover
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:  # pragma: no cover
-            pass
-        finally:
-            os.close(dfd)
+        atomic_write(path, self.to_bytes(order))
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, source: str = "<bytes>") -> "NgramCache":
