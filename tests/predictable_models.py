@@ -148,12 +148,12 @@ def _rope_pattern(d: int, *, neox: bool, hd: int = HEAD_DIM, base: float = ROPE_
     return v
 
 
-def _writer(path: Path, arch: str, name: str):
+def _writer(path: Path, arch: str, name: str, n_embd: int = N_EMBD):
     import gguf
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(name)
     w.add_context_length(4096)
-    w.add_embedding_length(N_EMBD)
+    w.add_embedding_length(n_embd)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD)
     w.add_rope_dimension_count(HEAD_DIM)
@@ -223,22 +223,29 @@ def write_bigram_target(path: Path) -> Path:
 EAGLE3_QK = 24.0
 
 
-def write_eagle3_predictor(path: Path, *, wrong: str = "", target_layers=(1, 2, 3)) -> Path:
-    """An ``eagle3`` drafter for :func:`write_bigram_target` (see the module doc)."""
+def write_eagle3_predictor(path: Path, *, wrong: str = "", target_layers=(1, 2, 3),
+                           n_embd: int = N_EMBD, fc_from: int = 0, fc_normed: bool = False) -> Path:
+    """An ``eagle3`` drafter for :func:`write_bigram_target` (see the module doc), or,
+    with ``n_embd=32``, for :func:`write_bigram_qwen35_mtp` (a hybrid target).
+
+    ``g`` is the row of the ``fc_from``-th extracted layer; ``fc_normed``: that row is
+    RMS-normed (a layer id equal to the target's layer count: its final, normed state)."""
     vocab = tiny_vocab()
     arch = "eagle3"
-    w = _writer(path, arch, "eagle3-predictor")
+    w = _writer(path, arch, "eagle3-predictor", n_embd)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
     w.add_block_count(1)
     w.add_feed_forward_length(32)
     w.add_array(f"{arch}.target_layers", [int(x) for x in target_layers])
-    w.add_uint32(f"{arch}.target_hidden_size", N_EMBD)
+    w.add_uint32(f"{arch}.target_hidden_size", n_embd)
     _add_spm_vocab(w, vocab)
-    d, hd = N_EMBD, HEAD_DIM
+    d, hd = n_embd, HEAD_DIM
     r = float(np.sqrt(2.0 / d))   # RMS of e_0 + e_T(c)
     en0 = 1.0 / r                 # the normalized embedding's constant entry
 
     fc = _zeros(d, 3 * d)
-    fc[:, :d] = np.eye(d, dtype=np.float32)  # g = the first extracted layer's row
+    fc[:, fc_from * d:(fc_from + 1) * d] = (r if fc_normed else 1.0) * np.eye(d)  # g = e(x) of that row
     w.add_tensor("fc.weight", fc)
     w.add_tensor("output_norm.weight", _ones(d))
     w.add_tensor("blk.0.attn_norm.weight", _ones(d))
