@@ -110,11 +110,13 @@ def next_sym(c: str, k: int = 1) -> str:
     return CYCLE[(CYCLE.index(c) + k) % N_SYM]
 
 
-def expected_text(prompt: str, n: int) -> str:
+def expected_text(prompt: str, n: int, eos_after: str = "") -> str:
     """What the target says after ``prompt`` (which must end in a cycle symbol)."""
     c = prompt[-1]
     out = []
     for _ in range(n):
+        if c in eos_after:
+            break
         c = next_sym(c)
         out.append(c)
     return "".join(out)
@@ -173,7 +175,15 @@ def _ones(n) -> np.ndarray:
 
 # -- the target ------------------------------------------------------------------------------
 
-def target_tensors(vocab: list[str]) -> tuple[np.ndarray, np.ndarray]:
+EOS = 2  # </s> of tiny_vocab()
+
+
+def _next_id(vocab: list[str], c: str, eos_after: str) -> int:
+    """The target's token after the symbol ``c``: the next symbol, or EOS after ``eos_after``."""
+    return EOS if c in eos_after else token_id(vocab, next_sym(c))
+
+
+def target_tensors(vocab: list[str], eos_after: str = "") -> tuple[np.ndarray, np.ndarray]:
     """(token_embd, output) of the bigram target, numpy (n_vocab, N_EMBD)."""
     n_vocab = len(vocab)
     emb = _zeros(n_vocab, N_EMBD)
@@ -184,7 +194,7 @@ def target_tensors(vocab: list[str]) -> tuple[np.ndarray, np.ndarray]:
         t = token_id(vocab, c)
         emb[t, X] = 0.0
         emb[t, T0 + i] = 1.0
-        n = token_id(vocab, next_sym(c))
+        n = _next_id(vocab, c, eos_after)
         out[n, T0 + i] = OUT_SCALE
         out[n, S20 + i] = OUT_SCALE
     junk = token_id(vocab, JUNK)
@@ -194,14 +204,15 @@ def target_tensors(vocab: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return emb, out
 
 
-def write_bigram_target(path: Path) -> Path:
-    """The ``llama`` bigram target (4 layers whose outputs are zero)."""
+def write_bigram_target(path: Path, *, eos_after: str = "") -> Path:
+    """The ``llama`` bigram target (4 layers whose outputs are zero); it ends its reply
+    (EOS) after the symbols in ``eos_after``."""
     vocab = tiny_vocab()
     w = _writer(path, "llama", "bigram-target")
     w.add_block_count(N_LAYER_TGT)
     w.add_feed_forward_length(32)
     _add_spm_vocab(w, vocab)
-    emb, out = target_tensors(vocab)
+    emb, out = target_tensors(vocab, eos_after)
     w.add_tensor("token_embd.weight", emb)
     w.add_tensor("output_norm.weight", _ones(N_EMBD))
     w.add_tensor("output.weight", out)
@@ -370,7 +381,8 @@ def write_dflash_predictor(path: Path, *, dspark: bool = False, wrong: str = "",
 
 def write_bigram_qwen35_mtp(path: Path, *, wrong: str = "", n_embd: int = 32, n_ff: int = 32,
                             n_head: int = 2, n_head_kv: int = 1, head_dim: int = 16, d_state: int = 8,
-                            n_group: int = 2, dt_rank: int = 2, d_conv: int = 4, seed: int = 5) -> Path:
+                            n_group: int = 2, dt_rank: int = 2, d_conv: int = 4, seed: int = 5,
+                            eos_after: str = "") -> Path:
     """The bigram target as a hybrid ``qwen35`` ([delta-net, attention] + one MTP block,
     the layout of :func:`tests.hidden_models.write_qwen35_mtp`). Every trunk layer's
     output projection (``ssm_out``, ``attn_output``, ``ffn_down``) is zero, so the final
@@ -423,7 +435,7 @@ def write_bigram_qwen35_mtp(path: Path, *, wrong: str = "", n_embd: int = 32, n_
         t = token_id(vocab, c)
         emb[t, X] = 0.0
         emb[t, T0 + i] = 1.0
-        out[token_id(vocab, next_sym(c)), T0 + i] = OUT_SCALE
+        out[_next_id(vocab, c, eos_after), T0 + i] = OUT_SCALE
     out[token_id(vocab, JUNK), T0:T0 + N_SYM] = JUNK_W * OUT_SCALE
     out[token_id(vocab, JUNK), C0] = JUNK_C * OUT_SCALE
     w.add_tensor("token_embd.weight", emb)

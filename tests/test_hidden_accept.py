@@ -37,13 +37,19 @@ CASES = {"draft-eagle3": "draft-eagle3", "draft-dflash": "draft-dflash", "draft-
          "draft-mtp": "draft-mtp", "draft-eagle3@qwen35": "draft-eagle3"}
 #: symbols on which the "partly wrong" drafters disagree with the target
 WRONG_SOME = "eknuz"
+EOS_AFTER = "z"
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict:
     d: Path = tmp_path_factory.mktemp("predictable")
     m = {"target": write_bigram_target(d / "bigram-target.gguf"),
-         "qwen35": write_bigram_qwen35_mtp(d / "qwen35-mtp.gguf")}
+         "qwen35": write_bigram_qwen35_mtp(d / "qwen35-mtp.gguf"),
+         # the same targets ending their replies (EOS) after "z"
+         "target-eos": write_bigram_target(d / "bigram-target-eos.gguf", eos_after=EOS_AFTER),
+         "qwen35-eos": write_bigram_qwen35_mtp(d / "qwen35-mtp-eos.gguf", eos_after=EOS_AFTER),
+         "draft-mtp-some-eos": write_bigram_qwen35_mtp(d / "qwen35-mtp-some-eos.gguf", wrong=WRONG_SOME,
+                                                       eos_after=EOS_AFTER)}
     for tag, wrong in (("", ""), ("-some", WRONG_SOME), ("-shifted", CYCLE)):
         # draft-mtp: the MTP block is part of the (qwen35) target
         m["draft-mtp" + tag] = write_bigram_qwen35_mtp(d / f"qwen35-mtp{tag}.gguf", wrong=wrong)
@@ -85,11 +91,13 @@ def _engine_run(target: Path, spec_type: str, drafter: Path | None, prompt: str)
         eng.close()
 
 
-def _case(models: dict, case: str, variant: str = "") -> tuple[str, Path, Path | None]:
-    """(spec type, target, drafter) of a case; draft-mtp's drafter is in its target."""
+def _case(models: dict, case: str, variant: str = "", eos: bool = False) -> tuple[str, Path, Path | None]:
+    """(spec type, target, drafter) of a case; draft-mtp's drafter is in its target.
+    ``eos``: the target that ends its reply after ``EOS_AFTER``."""
+    sfx = "-eos" if eos else ""
     if case == "draft-mtp":
-        return "draft-mtp", models[case + variant], None
-    target = models["qwen35"] if case.endswith("@qwen35") else models["target"]
+        return "draft-mtp", models[case + variant + sfx], None
+    target = models[("qwen35" if case.endswith("@qwen35") else "target") + sfx]
     return CASES[case], target, models[case + variant]
 
 
@@ -187,6 +195,24 @@ def test_accepted_counts_match_llama_server(models, case, variant):
         assert ours[1:] == theirs[1:], (case, variant, prompt, "drafted/accepted", ours[1:], theirs[1:])
         total_accepted += theirs[2]
     assert total_accepted > 0, f"{case}{variant}: llama-server accepted nothing"
+
+
+@pytest.mark.slow
+@needs_native
+@pytest.mark.parametrize("case", CASES)
+def test_replies_ending_in_eos_match_llama_server(models, case):
+    """The target ends its reply (EOS) after "z", inside a drafted run: the same text and
+    counts as llama-server at the end of a reply."""
+    spec_type, target, drafter = _case(models, case, "-some", eos=True)
+    extra = ["-md", str(drafter)] if drafter is not None else []
+    for prompt in ("hello world", "speculative decoding is fun"):
+        native = _native_completion(target, spec_type, prompt, extra=extra)
+        t = native["timings"]
+        theirs = (native["content"], t.get("draft_n", 0), t.get("draft_n_accepted", 0))
+        ours = _engine_run(target, spec_type, drafter, prompt)
+        assert theirs[0] == expected_text(prompt, N_PREDICT, EOS_AFTER), (case, prompt, theirs[0])
+        assert ours == theirs, (case, prompt, "text/drafted/accepted", ours, theirs)
+        assert theirs[2] > 0
 
 
 def _native_session(model: Path, spec_type: str, prompts, extra) -> list[tuple]:
