@@ -300,9 +300,15 @@ DFLASH_BLOCK = 4
 
 
 def write_dflash_predictor(path: Path, *, dspark: bool = False, wrong: str = "",
-                           target_layers=(0, 2, 3), block_size: int = DFLASH_BLOCK) -> Path:
+                           target_layers=(0, 2, 3), block_size: int = DFLASH_BLOCK,
+                           selector_top_k: int = 0, selector_boost: float = 10.0) -> Path:
     """A two-layer ``dflash`` drafter (DSpark with ``dspark``: anchor-first, a zero Markov
-    bias and a confident confidence head) for :func:`write_bigram_target`."""
+    bias and a confident confidence head) for :func:`write_bigram_target`.
+
+    ``selector_top_k > 0`` makes it a DFlash2 drafter: identity block convolutions, and a
+    selector whose transition score adds ``selector_boost`` to the candidate that is the
+    *target's* successor of the chosen predecessor (it knows the true bigram map even
+    where ``wrong`` misleads the logits), so the lattice walk depends on its predecessor."""
     vocab = tiny_vocab()
     n_vocab = len(vocab)
     arch = "dflash"
@@ -319,6 +325,12 @@ def write_dflash_predictor(path: Path, *, dspark: bool = False, wrong: str = "",
         w.add_bool(f"{arch}.has_confidence_head", True)
     _add_spm_vocab(w, vocab)
     w.add_mask_token_id(0)  # <unk>: outside the cycle (the X dimension)
+    conv_kernel, conv_group = 2, 8
+    if selector_top_k:
+        w.add_uint32(f"{arch}.conv_kernel_size", conv_kernel)
+        w.add_uint32(f"{arch}.conv_group_size", conv_group)
+        w.add_uint32(f"{arch}.selector_rank", N_SYM)
+        w.add_uint32(f"{arch}.selector_top_k", selector_top_k)
     d, hd = N_EMBD, HEAD_DIM
     n_ctx_row = float(np.sqrt(d / 2.0))   # normalized e_0 + e_S(x) (or e_0 + e_T(t)): its entries
     n_anchor = float(np.sqrt(d / 6.0))    # normalized 2 e_0 + e_T(a) + e_S2(b): the T/S2 entries
@@ -366,6 +378,23 @@ def write_dflash_predictor(path: Path, *, dspark: bool = False, wrong: str = "",
         w.add_tensor(f"blk.{il}.ffn_gate.weight", _zeros(32, d))
         w.add_tensor(f"blk.{il}.ffn_up.weight", _zeros(32, d))
         w.add_tensor(f"blk.{il}.ffn_down.weight", _zeros(d, 32))
+        if selector_top_k:
+            for kind in ("attn", "ffn"):  # numpy (side, tap, n_embd): tap 0 (this slot) weight 1
+                base = _zeros(2, conv_kernel, d)
+                base[:, 0, :] = 1.0
+                w.add_tensor(f"blk.{il}.{kind}_conv_base", base)
+                w.add_tensor(f"blk.{il}.{kind}_conv_proj.weight", _zeros(2 * conv_kernel * (d // conv_group), d))
+    if selector_top_k:
+        # score(p, s) = sum_r next[s, r] * prev[p, r] * gate_r, gate = hidden . t_embd ~ 1
+        sel_prev, sel_next = _zeros(n_vocab, N_SYM), _zeros(n_vocab, N_SYM)
+        for i, c in enumerate(CYCLE):
+            sel_prev[token_id(vocab, c), i] = 1.0
+            sel_next[token_id(vocab, next_sym(c)), i] = selector_boost
+        hidden = _zeros(N_SYM, d)
+        hidden[:, C0] = 1.0 / float(np.sqrt(d / 9.0)) / 2.0  # t_embd's constant: 2 sqrt(d/9)
+        w.add_tensor("selector_hidden.weight", hidden)
+        w.add_tensor("selector_predecessor.weight", sel_prev)
+        w.add_tensor("selector_successor.weight", sel_next)
     if dspark:
         rank = 8
         rng = np.random.default_rng(7)

@@ -32,9 +32,10 @@ N_PREDICT = 32
 PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog", "speculative decoding is fun"]
 #: case -> spec type; "draft-eagle3@qwen35" is EAGLE3 on the hybrid qwen35 target (its
 #: state checkpoints and boundary stash), reading the target's final normed state
-#: (layer id = n_layer) as g
+#: (layer id = n_layer) as g; "dflash2" a DFlash2 drafter whose selector knows the
+#: target's map, so that the lattice walk (ours in Python) depends on the predecessor
 CASES = {"draft-eagle3": "draft-eagle3", "draft-dflash": "draft-dflash", "draft-dspark": "draft-dspark",
-         "draft-mtp": "draft-mtp", "draft-eagle3@qwen35": "draft-eagle3"}
+         "draft-mtp": "draft-mtp", "draft-eagle3@qwen35": "draft-eagle3", "dflash2": "draft-dflash"}
 #: symbols on which the "partly wrong" drafters disagree with the target
 WRONG_SOME = "eknuz"
 EOS_AFTER = "z"
@@ -59,6 +60,8 @@ def models(tmp_path_factory) -> dict:
             fc_from=2, fc_normed=True)
         m["draft-dflash" + tag] = write_dflash_predictor(d / f"dflash{tag}.gguf", wrong=wrong)
         m["draft-dspark" + tag] = write_dflash_predictor(d / f"dspark{tag}.gguf", dspark=True, wrong=wrong)
+        m["dflash2" + tag] = write_dflash_predictor(d / f"dflash2{tag}.gguf", wrong=wrong, selector_top_k=4,
+                                                    selector_boost=20.0)
     return m
 
 
@@ -132,11 +135,12 @@ def test_predicting_drafters_are_accepted(models, case):
 def test_partly_wrong_drafters_are_partly_accepted(models, case):
     drafted, accepted = _totals(models, case, "-some")
     assert drafted > 0
-    # measured: 93 drafted, 60 accepted, in every case (the drafters compute the same map)
-    assert 0.4 * drafted <= accepted <= 0.85 * drafted, (case, drafted, accepted)
+    # measured: 93 drafted, 60 accepted in every case (the drafters compute the same map) but
+    # dflash2: 78 drafted, 65 accepted (its selector rescues some)
+    assert 0.4 * drafted <= accepted <= 0.9 * drafted, (case, drafted, accepted)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [c for c in CASES if c != "dflash2"])  # (its selector knows better)
 def test_negative_control_shifted_map_is_rejected(models, case):
     """A drafter predicting next(next(c)): it drafts (junk), the target accepts nothing."""
     drafted, accepted = _totals(models, case, "-shifted")
@@ -146,12 +150,18 @@ def test_negative_control_shifted_map_is_rejected(models, case):
 
 
 # (not EAGLE3 on the hybrid target: after a rejection the engine restores a checkpoint and
-# decodes the accepted tokens again, often one row, which a roll within the batch leaves be)
+# decodes the accepted tokens again, often one row, which a roll within the batch leaves be;
+# not DFlash2: its selector knows the true map and picks the right one of a split state)
 @pytest.mark.parametrize("case", ["draft-eagle3", "draft-dflash", "draft-dspark", "draft-mtp"])
 def test_negative_control_rows_shifted_by_one_are_rejected(models, case, monkeypatch):
     """Our own drafter, fed each batch's target rows one position late (as an
     off-by-one bug would), loses its acceptance: the checks above see the rows."""
     from speculators import draft_dflash, draft_eagle3, draft_mtp
+
+    def late_rows(rows):
+        def late(ptr, n_rows, n_embd):
+            return np.roll(rows(ptr, n_rows, n_embd), 1, axis=0)
+        return late
 
     if CASES[case] == "draft-eagle3":
         orig = draft_eagle3.DraftEagle3._features
@@ -159,17 +169,37 @@ def test_negative_control_rows_shifted_by_one_are_rejected(models, case, monkeyp
         def late(self, n):
             return np.roll(orig(self, n), 1, axis=0)
         monkeypatch.setattr(draft_eagle3.DraftEagle3, "_features", late)
+    elif case == "draft-mtp":
+        monkeypatch.setattr(draft_mtp, "_rows", late_rows(draft_mtp._rows))
     else:
-        mod = draft_mtp if case == "draft-mtp" else draft_dflash
-        orig_rows = mod._rows
+        inject, rows = draft_dflash.DraftDFlash._inject, draft_dflash._rows
 
-        def late_rows(ptr, n_rows, n_embd):
-            return np.roll(orig_rows(ptr, n_rows, n_embd), 1, axis=0)
-        monkeypatch.setattr(mod, "_rows", late_rows)
+        def late_inject(self, n, pos0):
+            draft_dflash._rows = late_rows(rows)
+            try:
+                inject(self, n, pos0)
+            finally:
+                draft_dflash._rows = rows
+        monkeypatch.setattr(draft_dflash.DraftDFlash, "_inject", late_inject)
     drafted, accepted = _totals(models, case)
     assert drafted > 0
     # measured: 261 drafted, 0 accepted (every draft is the junk token)
     assert accepted <= 0.05 * drafted, (case, drafted, accepted)
+
+
+def test_negative_control_dflash2_walk_needs_its_predecessor(models, monkeypatch):
+    """A lattice walk that always reads predecessor 0's scores (an indexing bug) drafts
+    differently on the DFlash2 drafter: the counts held against llama-server see the walk."""
+    from speculators import draft_dflash
+
+    right = _totals(models, "dflash2", "-some")
+
+    def walk_from_first(lattice, top_k, p_min):
+        return [int(row[int(np.argmax(row[top_k:2 * top_k]))]) for row in lattice[1:]]
+    monkeypatch.setattr(draft_dflash, "walk_lattice", walk_from_first)
+    wrong = _totals(models, "dflash2", "-some")
+    # measured: (78 drafted, 65 accepted) against (91, 61)
+    assert wrong != right and wrong[1] < right[1], (right, wrong)
 
 
 # -- held against native llama-server ----------------------------------------------------------
