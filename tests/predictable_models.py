@@ -301,14 +301,19 @@ DFLASH_BLOCK = 4
 
 def write_dflash_predictor(path: Path, *, dspark: bool = False, wrong: str = "",
                            target_layers=(0, 2, 3), block_size: int = DFLASH_BLOCK,
-                           selector_top_k: int = 0, selector_boost: float = 10.0) -> Path:
+                           selector_top_k: int = 0, selector_boost: float = 10.0,
+                           conf_stop: str = "") -> Path:
     """A two-layer ``dflash`` drafter (DSpark with ``dspark``: anchor-first, a zero Markov
     bias and a confident confidence head) for :func:`write_bigram_target`.
 
     ``selector_top_k > 0`` makes it a DFlash2 drafter: identity block convolutions, and a
     selector whose transition score adds ``selector_boost`` to the candidate that is the
     *target's* successor of the chosen predecessor (it knows the true bigram map even
-    where ``wrong`` misleads the logits), so the lattice walk depends on its predecessor."""
+    where ``wrong`` misleads the logits), so the lattice walk depends on its predecessor.
+
+    DSpark's confidence head says 0.0025 for a slot whose predecessor (the anchor, or the
+    slot before's argmax) is one of ``conf_stop``, 0.9975 otherwise: with ``p_min`` set,
+    its drafts end there."""
     vocab = tiny_vocab()
     n_vocab = len(vocab)
     arch = "dflash"
@@ -397,11 +402,15 @@ def write_dflash_predictor(path: Path, *, dspark: bool = False, wrong: str = "",
         w.add_tensor("selector_successor.weight", sel_next)
     if dspark:
         rank = 8
-        rng = np.random.default_rng(7)
-        w.add_tensor("markov_w1.weight", (rng.standard_normal((n_vocab, rank)) * 0.1).astype(np.float32))
+        w1 = _zeros(n_vocab, rank)  # the Markov head's predecessor features: [stop?, 0, ...]
+        for c in conf_stop:
+            w1[token_id(vocab, c), 0] = 1.0
+        w.add_tensor("markov_w1.weight", w1)
         w.add_tensor("markov_w2.weight", _zeros(n_vocab, rank))     # no Markov bias
-        w.add_tensor("conf_proj.weight", _zeros(1, d + rank))
-        w.add_tensor("conf_proj.bias", np.array([6.0], np.float32))  # always confident
+        conf = _zeros(1, d + rank)
+        conf[0, d] = -12.0                                           # unsure after a stop symbol
+        w.add_tensor("conf_proj.weight", conf)
+        w.add_tensor("conf_proj.bias", np.array([6.0], np.float32))
     _finish(w)
     return path
 

@@ -60,18 +60,24 @@ def models(tmp_path_factory) -> dict:
             fc_from=2, fc_normed=True)
         m["draft-dflash" + tag] = write_dflash_predictor(d / f"dflash{tag}.gguf", wrong=wrong)
         m["draft-dspark" + tag] = write_dflash_predictor(d / f"dspark{tag}.gguf", dspark=True, wrong=wrong)
+        # DSpark whose confidence head drops after a vowel (with p_min, drafts end there)
+        m["dspark-conf" + tag] = write_dflash_predictor(d / f"dspark-conf{tag}.gguf", dspark=True, wrong=wrong,
+                                                        conf_stop="aeiou")
         m["dflash2" + tag] = write_dflash_predictor(d / f"dflash2{tag}.gguf", wrong=wrong, selector_top_k=4,
                                                     selector_boost=20.0)
     return m
 
 
-def _engine(target: Path, spec_type: str, drafter: Path | None, reuse_prefix: bool = False):
+def _engine(target: Path, spec_type: str, drafter: Path | None, reuse_prefix: bool = False,
+            p_min: float | None = None):
     from speculators.engine import Engine, EngineConfig
     from speculators.params import SpecParams
 
     spec = SpecParams.from_types(spec_type)
     if drafter is not None:
         spec.draft.model = str(drafter)
+    if p_min is not None:
+        spec.draft.p_min = p_min
     eng = Engine(str(target), EngineConfig(n_ctx=1024, n_batch=512, n_threads=2, reuse_prefix=reuse_prefix),
                  spec)
     assert eng.chain.skipped == {}, eng.chain.skipped
@@ -86,8 +92,8 @@ def _generate(eng, prompt: str):
     return r.text, r.stats.n_drafted, r.stats.n_accepted
 
 
-def _engine_run(target: Path, spec_type: str, drafter: Path | None, prompt: str):
-    eng = _engine(target, spec_type, drafter)
+def _engine_run(target: Path, spec_type: str, drafter: Path | None, prompt: str, p_min: float | None = None):
+    eng = _engine(target, spec_type, drafter, p_min=p_min)
     try:
         return _generate(eng, prompt)
     finally:
@@ -209,7 +215,7 @@ needs_native = pytest.mark.skipif(not HAVE, reason="native llama.cpp not built; 
 
 @pytest.mark.slow
 @needs_native
-@pytest.mark.parametrize("variant", ["", "-some"])
+@pytest.mark.parametrize("variant", ["-some"])  # (accepted and rejected drafts; "" adds no path)
 @pytest.mark.parametrize("case", CASES)
 def test_accepted_counts_match_llama_server(models, case, variant):
     spec_type, target, drafter = _case(models, case, variant)
@@ -243,6 +249,24 @@ def test_replies_ending_in_eos_match_llama_server(models, case):
         assert theirs[0] == expected_text(prompt, N_PREDICT, EOS_AFTER), (case, prompt, theirs[0])
         assert ours == theirs, (case, prompt, "text/drafted/accepted", ours, theirs)
         assert theirs[2] > 0
+
+
+@pytest.mark.slow
+@needs_native
+def test_dspark_confidence_cut_matches_llama_server(models):
+    """With p_min 0.5 DSpark's drafts end at the first slot whose confidence is lower (after
+    a vowel): the same text and counts as llama-server, and fewer drafts than without."""
+    target, drafter = models["target"], models["dspark-conf-some"]
+    for prompt in PROMPTS:
+        native = _native_completion(target, "draft-dspark", prompt,
+                                    extra=["-md", str(drafter), "--spec-draft-p-min", "0.5"])
+        t = native["timings"]
+        theirs = (native["content"], t.get("draft_n", 0), t.get("draft_n_accepted", 0))
+        ours = _engine_run(target, "draft-dspark", drafter, prompt, p_min=0.5)
+        uncut = _engine_run(target, "draft-dspark", drafter, prompt, p_min=0.0)
+        assert ours == theirs, (prompt, "text/drafted/accepted", ours, theirs)
+        # measured: (29, 17) (28, 18) (28, 18) against (31, 20) (30, 20) (32, 20) uncut
+        assert 0 < ours[2] and ours[1] < uncut[1], (prompt, ours, uncut)
 
 
 def _native_session(model: Path, spec_type: str, prompts, extra) -> list[tuple]:
