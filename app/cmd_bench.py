@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -418,20 +419,30 @@ def run(args: argparse.Namespace) -> int:
         per_prompt: dict[str, list[dict]] = {name: [] for name, _ in configs}
         # interleaved: every prompt runs every row in turn, round after round, each run from a
         # fresh chain (nothing learned from an earlier run of the same prompt); the fastest counts
+        # Besides the fastest run, each round's runs (back to back) give a paired ratio to none's
+        # run of the same round; their median follows a busy machine's drifts less than the ratio
+        # of two fastest runs does.
+        paired: dict[str, list[list[float]]] = {name: [] for name, _ in configs}
         for pi, prompt in enumerate(prompts):
             best: dict[str, object] = {}
+            per_round: dict[str, list[float]] = {name: [] for name, _ in configs}
             for r in range(rounds):
                 for name, sp in configs:
                     _progress(f"prompt {pi + 1}/{len(prompts)}, round {r + 1}/{rounds}: {name}")
                     if sp is None:
                         t, out = _llama_cpp_python_once(llm, prompt, args.max_tokens)
+                        per_round[name].append(max(0, len(out) - 1) / t if t else 0.0)
                         if name not in best or t < best[name][0]:
                             best[name] = (t, out)
                         continue
                     engine.set_spec(sp)
                     res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop)
+                    s = res.stats
+                    per_round[name].append(max(0, s.n_generated - 1) / s.t_gen_s if s.t_gen_s else 0.0)
                     if name not in best or res.stats.t_gen_s < best[name].stats.t_gen_s:
                         best[name] = res
+            for name, _ in configs:
+                paired[name].append([a / b for a, b in zip(per_round[name], per_round["none"]) if b > 0])
             for name, sp in configs:
                 row = rows[name]
                 if sp is None:
@@ -453,6 +464,8 @@ def run(args: argparse.Namespace) -> int:
                 base = per_prompt["none"][pi]["tokens_per_s"]
                 d["index"] = pi
                 d["speedup_vs_none"] = round(d["tokens_per_s"] / base, 3) if base else None
+                d["speedup_vs_none_paired"] = round(statistics.median(paired[name][pi]), 3) \
+                    if paired[name][pi] else None
                 if name == "llama-cpp-python":
                     o, n = row.outputs[pi], none_row.outputs[pi]
                     d["equal_to_none"] = o[:len(n)] == n[:len(o)]
@@ -544,6 +557,9 @@ def print_table(report: dict) -> None:
         line = f"{r['name']}: per prompt × none: " + " ".join(f"{x:.2f}" for x in sp)
         if sp:
             line += f"  (min {min(sp):.2f})"
+        pr = [d.get("speedup_vs_none_paired") for d in pp if d.get("speedup_vs_none_paired") is not None]
+        if pr and report.get("rounds", 1) > 1:
+            line += "; median of paired rounds: " + " ".join(f"{x:.2f}" for x in pr) + f"  (min {min(pr):.2f})"
         if r.get("controller") is not None:
             quiet = sum(1 for d in pp if d.get("controller") and d["controller"]["drafted"] == 0)
             c = r["controller"]

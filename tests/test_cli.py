@@ -154,7 +154,11 @@ def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, t
                                                             "ngram-mod", "ngram-cache"]
     assert rep["cost_curve"]["rel"][0] == 1.0
     # without --spec-type, bench compares auto with none
-    r = draftlight("bench", "-m", str(f16_model_path), "-p", "Why do cats purr?", "-n", "8", "--rounds", "1",
+    # (two rounds: each prompt also gets the median of its rounds' paired ratios to none)
+    r = draftlight("bench", "-m", str(f16_model_path), "-p", "Why do cats purr?", "-n", "8", "--rounds", "2",
                    "--no-baseline", "-t", "2", "--json", timeout=600)
     assert r.returncode == 0, r.stderr
-    assert [row["name"] for row in json.loads(r.stdout)["rows"]] == ["none", "auto"]
+    rows = json.loads(r.stdout)["rows"]
+    assert [row["name"] for row in rows] == ["none", "auto"]
+    assert rows[0]["per_prompt"][0]["speedup_vs_none_paired"] == 1.0     # none against itself, round by round
+    assert 0.2 < rows[1]["per_prompt"][0]["speedup_vs_none_paired"] < 5
