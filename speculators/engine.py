@@ -272,14 +272,38 @@ class Engine:
             self._prefix_ckpts = []
         self.kv_tokens = list(prompt[:keep])
         try:
-            self.ctx.decode(prompt[keep:], keep, logits="last")
+            start = keep
+            for cut in self._prompt_cuts(keep, len(prompt)):
+                self.ctx.decode(prompt[start:cut], start, logits="none")
+                start = cut
+                self.kv_tokens = list(prompt[:cut])
+                if cut == len(prompt) - self.CKPT_TAIL:
+                    self._save_prefix_ckpt()
+            self.ctx.decode(prompt[start:], start, logits="last")
         except Exception:
             self.ctx.clear()
             self.kv_tokens = []
+            self._prefix_ckpts = []
             raise
         self.kv_tokens = list(prompt)
-        self._save_prefix_ckpt()
         return keep
+
+    #: a checkpointed target decodes its prompt's last tokens on their own, as llama-server does,
+    #: and keeps a context checkpoint before them (the next turn's prompt usually agrees up to there)
+    CKPT_TAIL = 4
+
+    def _prompt_cuts(self, start: int, end: int) -> list[int]:
+        """Where the prompt tokens ``start..end`` are split into separate decodes.
+
+        On targets that cannot drop a partial sequence, llama-server ends a prompt
+        batch ``4 + n_ubatch`` and ``4`` tokens before the prompt's end (to keep
+        context checkpoints there); the split changes how the prompt is batched, so
+        on quantized weights the logits (and near-tie tokens) follow it. The same
+        cuts here give the same text as llama-server.
+        """
+        if not self.use_checkpoints:
+            return []
+        return [end - off for off in (self.CKPT_TAIL + self.ctx.n_ubatch, self.CKPT_TAIL) if start < end - off]
 
     #: context checkpoints kept for prefix reuse on targets that cannot drop a partial sequence
     MAX_PREFIX_CKPTS = 4

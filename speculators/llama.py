@@ -307,6 +307,7 @@ class Context:
         self.ptr = ptr
         self.n_ctx = lc.llama_n_ctx(ptr)
         self.n_batch = lc.llama_n_batch(ptr)
+        self.n_ubatch = lc.llama_n_ubatch(ptr)
         self.n_threads = threads
         self.mem = lc.llama_get_memory(ptr)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)

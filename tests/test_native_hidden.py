@@ -56,7 +56,8 @@ def _compare(target: Path, spec_type: str, drafter: Path | None, prompts=PROMPTS
         assert ours[0] == theirs[0], (spec_type, prompt)
         assert ours[1:] == theirs[1:], (spec_type, prompt, "drafted/accepted", ours[1:], theirs[1:])
         total_drafted += theirs[1]
-    assert total_drafted > 0, f"{spec_type}: llama-server drafted nothing"
+    if spec_type != "none":
+        assert total_drafted > 0, f"{spec_type}: llama-server drafted nothing"
 
 
 @pytest.mark.slow
@@ -80,6 +81,9 @@ REALISTIC = os.environ.get("DRAFTLIGHT_REALISTIC_MODELS")
 @pytest.mark.skipif(not REALISTIC, reason="set DRAFTLIGHT_REALISTIC_MODELS=DIR "
                                           "(python -m tests.build_models --realistic DIR)")
 @pytest.mark.parametrize("spec_type, target, drafter", [
+    # plain decoding too: on the Q4 hybrid, the prompt's batching (llama-server's checkpoint
+    # cuts) decides near-tie tokens
+    ("none", "hybrid-mtp.gguf", None),
     ("draft-mtp", "hybrid-mtp.gguf", None),
     ("draft-eagle3", "llama-target.gguf", "eagle3.gguf"),
     ("draft-dflash", "llama-target.gguf", "dflash.gguf"),
