@@ -114,6 +114,7 @@ class Engine:
         self.kv_tokens: list[int] = []
         #: (n_tokens, partial state) checkpoints for prefix reuse when use_checkpoints
         self._prefix_ckpts: list[tuple[int, bytearray]] = []
+        self._step_ckpt: bytearray | None = None
         self.spec = spec or SpecParams()
         self.chain: SpeculatorChain | None = None
         #: the verify-cost curve (measured or read from the cache when the controller first needs it;
@@ -385,7 +386,9 @@ class Engine:
             batch = [id_last] + draft
             ckpt = None
             if draft and self.use_checkpoints:
-                ckpt = ctx.state_get(partial=model.is_hybrid or model.is_recurrent)
+                # one buffer for every step's checkpoint (it lives until the step is accepted)
+                ckpt = self._step_ckpt = ctx.state_get(partial=model.is_hybrid or model.is_recurrent,
+                                                       into=self._step_ckpt)
             t_step = time.perf_counter()
             try:
                 ctx.decode(batch, n_past, logits="all" if draft else "last")
