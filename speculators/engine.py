@@ -47,6 +47,10 @@ from .sampling import DEFAULT_SEED, SamplingParams, Sampler
 from .template import ChatTemplate
 from .types import SpecType
 
+#: the types that read the target's hidden states (llama-server gives their targets
+#: recurrent-state snapshots for rollback)
+HIDDEN_STATE_TYPES = (SpecType.DRAFT_MTP, SpecType.DRAFT_EAGLE3, SpecType.DRAFT_DFLASH, SpecType.DRAFT_DSPARK)
+
 
 class GenerationError(ValueError):
     """The request cannot be served (empty prompt, prompt too long, ...)."""
@@ -73,6 +77,11 @@ class EngineConfig:
     #: the memory could move positions in place (tests the path recurrent/hybrid and
     #: small sliding-window caches need)
     force_shift_redecode: bool = False
+    #: recurrent-state snapshots the target keeps per sequence, so that a verify batch of
+    #: up to that many drafts can be rolled back without a checkpoint (recurrent/hybrid
+    #: targets only; None: as llama-server decides, the draft length when the initial
+    #: spec uses a hidden-state type, or is ``auto`` on a target with MTP heads)
+    n_rs_seq: int | None = None
 
 
 @dataclass
@@ -97,11 +106,22 @@ class Engine:
                 from .auto import target_has_mtp
                 load_mtp = target_has_mtp(model_path)
         self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers, load_mtp=load_mtp)
-        self.ctx = Context(self.model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads)
+        n_rs = c.n_rs_seq
+        if n_rs is None:
+            hidden = spec is not None and any(t in HIDDEN_STATE_TYPES for t in spec.types)
+            n_rs = spec.draft.n_max if spec is not None and (hidden or (spec.is_auto and load_mtp)) else 0
+        if not (self.model.is_recurrent or self.model.is_hybrid):
+            n_rs = 0
+        self.ctx = Context(self.model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads,
+                           overrides={"n_rs_seq": int(n_rs)} if n_rs > 0 else None)
         self.seq_rm_type = self.ctx.can_seq_rm()
         if self.seq_rm_type == "no":
             raise ModelError(f"the context of {self.model.path} has no memory to decode with")
-        self.use_checkpoints = c.force_checkpoints or self.seq_rm_type == "full"
+        #: the target cannot drop any partial sequence ("full") or only a bounded one ("rs":
+        #: up to n_rs_seq tokens back): prompts are cut and context checkpoints kept as
+        #: llama-server does, and a verify batch is checkpointed when it could not be rolled back
+        self.use_checkpoints = c.force_checkpoints or self.seq_rm_type in ("full", "rs")
+        self.n_rs_seq = self.ctx.n_rs_seq
         self.n_swa = int(lc.llama_model_n_swa(self.model.ptr))
         bos = self.model.info.bos
         eos = self.model.info.eos
@@ -385,7 +405,7 @@ class Engine:
             drafter = chain.last_drafter if draft else None
             batch = [id_last] + draft
             ckpt = None
-            if draft and self.use_checkpoints:
+            if draft and self.use_checkpoints and len(draft) > self.n_rs_seq:
                 # one buffer for every step's checkpoint (it lives until the step is accepted)
                 ckpt = self._step_ckpt = ctx.state_get(partial=model.is_hybrid or model.is_recurrent,
                                                        into=self._step_ckpt)

@@ -308,6 +308,8 @@ class Context:
         self.n_ctx = lc.llama_n_ctx(ptr)
         self.n_batch = lc.llama_n_batch(ptr)
         self.n_ubatch = lc.llama_n_ubatch(ptr)
+        #: recurrent-state snapshots kept per sequence for rollback (0: none)
+        self.n_rs_seq = int(lc.llama_n_rs_seq(ptr))
         self.n_threads = threads
         self.mem = lc.llama_get_memory(ptr)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
@@ -375,12 +377,14 @@ class Context:
         return int(lc.llama_memory_seq_pos_max(self.mem, 0))
 
     def can_seq_rm(self) -> str:
-        """'part', 'full' or 'no', as common_context_can_seq_rm decides.
+        """'part', 'rs', 'full' or 'no', as common_context_can_seq_rm decides.
 
         Clears the memory: call it before decoding anything.
         """
         if not self.mem:
             return "no"
+        if self.n_rs_seq > 0:
+            return "rs"  # bounded partial removal: up to n_rs_seq tokens back
         self.clear()
         try:
             self.decode([0, 0], 0, logits="last")

@@ -44,10 +44,44 @@ def _mtp_spec(n_max=4) -> SpecParams:
 
 @pytest.fixture(scope="module")
 def mtp_engine(qwen35_mtp_path):
+    # no recurrent-state snapshots: every verify batch is checkpointed and a partial rejection
+    # is rolled back by restoring the checkpoint and replaying the accepted tokens (the path a
+    # hybrid target takes when the chat switches to a hidden-state type after loading)
     eng = Engine(str(qwen35_mtp_path),
-                 EngineConfig(n_ctx=512, n_batch=16, n_threads=1, reuse_prefix=False), _mtp_spec())
+                 EngineConfig(n_ctx=512, n_batch=16, n_threads=1, reuse_prefix=False, n_rs_seq=0), _mtp_spec())
     yield eng
     eng.close()
+
+
+def test_mtp_on_a_hybrid_rolls_back_from_state_snapshots(qwen35_mtp_path, mtp_engine):
+    """Made with draft-mtp, a hybrid target keeps draft.n_max recurrent-state snapshots as
+    llama-server gives it: a rejected draft is rolled back without a checkpoint or a replay,
+    and the text is the same."""
+    eng = Engine(str(qwen35_mtp_path), EngineConfig(n_ctx=512, n_batch=16, n_threads=1, reuse_prefix=False),
+                 _mtp_spec())
+    try:
+        assert eng.seq_rm_type == "rs" and eng.n_rs_seq == 4 and eng.use_checkpoints
+        calls = {"get": 0, "set": 0}
+        real_get, real_set = eng.ctx.state_get, eng.ctx.state_set
+        eng.ctx.state_get = lambda *a, **k: (calls.__setitem__("get", calls["get"] + 1), real_get(*a, **k))[1]
+        eng.ctx.state_set = lambda *a, **k: (calls.__setitem__("set", calls["set"] + 1), real_set(*a, **k))[1]
+        mtp_engine.set_spec(_mtp_spec())
+        drafted = accepted = 0
+        for text in MTP_PROMPTS:
+            toks = eng.model.tokenize(text)
+            r = _run(eng, toks)
+            r_ckpt = _run(mtp_engine, toks)
+            assert r.tokens == r_ckpt.tokens, text
+            assert (r.stats.n_drafted, r.stats.n_accepted) == (r_ckpt.stats.n_drafted, r_ckpt.stats.n_accepted)
+            drafted, accepted = drafted + r.stats.n_drafted, accepted + r.stats.n_accepted
+        assert drafted > accepted > 0   # drafts were rolled back
+        assert calls == {"get": 0, "set": 0}
+        # plain decoding keeps the reference's context (no snapshots)
+        plain = Engine(str(qwen35_mtp_path), EngineConfig(n_ctx=512, n_batch=16, n_threads=1))
+        assert plain.seq_rm_type == "full" and plain.n_rs_seq == 0
+        plain.close()
+    finally:
+        eng.close()
 
 
 def test_ext_reports_missing_symbols_by_name():

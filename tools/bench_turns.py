@@ -66,10 +66,9 @@ def main() -> int:
 
     runs = [("prefix reuse", True)] + ([("no reuse", False)] if a.full else [])
     for label, reuse in runs:
-        eng = Engine(a.model, EngineConfig(n_ctx=4096, n_threads=a.threads, reuse_prefix=reuse,
-                                           load_mtp="draft-mtp" in a.spec_type))
+        spec = SpecParams.from_types(a.spec_type) if a.spec_type != "none" else SpecParams()
+        eng = Engine(a.model, EngineConfig(n_ctx=4096, n_threads=a.threads, reuse_prefix=reuse), spec)
         try:
-            eng.set_spec(SpecParams.from_types(a.spec_type) if a.spec_type != "none" else SpecParams())
             kind = "checkpointed" if eng.use_checkpoints else "plain"
             print(f"{label} ({kind} target, {a.spec_type}):")
             print(f"{'turn':>4} {'tokens':>7} {'reused':>7} {'decoded':>8} {'ttft ms':>9}")
