@@ -45,11 +45,7 @@ from .llama import Context, ContextFull, Model, ModelError
 from .params import SpecParams
 from .sampling import DEFAULT_SEED, SamplingParams, Sampler
 from .template import ChatTemplate
-from .types import SpecType
-
-#: the types that read the target's hidden states (llama-server gives their targets
-#: recurrent-state snapshots for rollback)
-HIDDEN_STATE_TYPES = (SpecType.DRAFT_MTP, SpecType.DRAFT_EAGLE3, SpecType.DRAFT_DFLASH, SpecType.DRAFT_DSPARK)
+from .types import HIDDEN_STATE_TYPES, SpecType
 
 
 class GenerationError(ValueError):
