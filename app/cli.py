@@ -72,6 +72,66 @@ def _takes_name(mod) -> bool:
     return len(inspect.signature(mod.add_arguments).parameters) > 1
 
 
+#: commands that decode with llama.cpp: run in a supervised child process (see :func:`supervise`)
+SUPERVISED = ("generate", "bench", "lookup")
+_SUPERVISED_ENV = "DRAFTLIGHT_SUPERVISED"
+
+
+def entry() -> int:
+    """The ``draftlight`` command: :func:`main`, with the decoding commands supervised."""
+    import os
+    argv = sys.argv[1:]
+    if argv and argv[0] in SUPERVISED and not os.environ.get(_SUPERVISED_ENV) \
+            and not any(a in ("-h", "--help") for a in argv):
+        return supervise(argv)
+    return main(argv)
+
+
+def supervise(argv: list[str]) -> int:
+    """Run ``draftlight ARGV`` in a child process; a crash of native code becomes one clear line.
+
+    The child shares the terminal (its output streams as usual); llama.cpp's log
+    lines also reach this process through a pipe, so that the last of them can be
+    shown when the child dies by a signal (a segmentation fault, an abort, the
+    OOM killer), which would otherwise end the command without a word.
+    """
+    import collections
+    import os
+    import signal
+    import subprocess
+    import threading
+    from .runner import crash_advice, telling_lines
+    from .cpu_check import signal_name
+    r, w = os.pipe()
+    env = dict(os.environ, **{_SUPERVISED_ENV: "1", "DRAFTLIGHT_LOG_FD": str(w)})
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "app", *argv], pass_fds=(w,), env=env)
+    finally:
+        os.close(w)
+    tail: collections.deque[str] = collections.deque(maxlen=60)
+
+    def read() -> None:
+        with os.fdopen(r, "rb") as f:
+            for raw in f:
+                tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C reaches the child, which says so
+    try:
+        rc = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    reader.join(2)
+    if rc >= 0:
+        return rc
+    last = telling_lines(list(tail), 1)
+    logged = f"; llama.cpp's last log line: {last[0]}" if last else ""
+    print(f"draftlight: error: `draftlight {argv[0]}` stopped: the engine was {signal_name(rc)}; "
+          f"{crash_advice(rc, chat=False)}{logged}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -97,4 +157,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(entry())

@@ -371,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--max-tokens must be at least 1")
     texts = load_prompts(args) * max(1, args.repeat)
     model_path = resolve_model_path(mopts, stderr_progress)
-    ecfg = engine_config(mopts)
+    ecfg = engine_config(mopts, stderr_progress)
     ecfg.reuse_prefix = False
     engine = Engine(model_path, ecfg, SpecParams())
     report: dict = {"model": model_path, "n_ctx": engine.ctx.n_ctx, "threads": engine.ctx.n_threads,

@@ -2,7 +2,7 @@
 
 Layout::
 
-    [model]        path, ctx_size, threads, n_gpu_layers
+    [model]        path, ctx_size, threads, n_gpu_layers, extra_bufts (auto|on|off)
     [sampling]     temperature, top_k, top_p, min_p, seed
     [speculation]  types = ["ngram-mod", ...], and one table per type:
     [speculation.draft] n_max, n_min, p_min, ...
@@ -83,6 +83,8 @@ class Config:
             model["threads"] = self.model.threads
         if self.model.n_gpu_layers is not None:
             model["n_gpu_layers"] = self.model.n_gpu_layers
+        if self.model.extra_bufts != "auto":
+            model["extra_bufts"] = self.model.extra_bufts
         return {
             "max_tokens": self.max_tokens,
             "system_prompt": self.system_prompt,
@@ -105,7 +107,10 @@ class Config:
                                   f"not {c.overflow!r}")
             m = data.get("model", {})
             c.model = ModelOptions(model=m.get("path"), ctx_size=int(m.get("ctx_size", 4096)),
-                                   threads=m.get("threads"), n_gpu_layers=m.get("n_gpu_layers"))
+                                   threads=m.get("threads"), n_gpu_layers=m.get("n_gpu_layers"),
+                                   extra_bufts=str(m.get("extra_bufts", "auto")))
+            if c.model.extra_bufts not in ("auto", "on", "off"):
+                raise ConfigError(f"model.extra_bufts must be auto, on or off, not {c.model.extra_bufts!r}")
             s = data.get("sampling", {})
             known = {f.name for f in dataclasses.fields(SamplingParams)}
             unknown = set(s) - known

@@ -48,6 +48,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-t", "--threads", type=_int, help="CPU threads (default: physical cores)")
     g.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=_ngl, dest="n_gpu_layers",
                    help="layers to offload to the GPU: a number, 'auto' or 'all'")
+    g.add_argument("--extra-bufts", choices=("auto", "on", "off"), dest="extra_bufts",
+                   help="the CPU's extra buffer types (AMX, repacked weights): auto (default: on where a "
+                        "one-time probe found that they work on this CPU), on, or off")
+    g.add_argument("-nr", "--no-repack", action="store_const", const="off", dest="extra_bufts",
+                   help="llama.cpp's flag: the same as --extra-bufts off")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -211,12 +216,14 @@ class ModelOptions:
     ctx_size: int = 4096
     threads: int | None = None
     n_gpu_layers: int | None = None
+    #: the CPU's extra buffer types: "auto" (as probed), "on" or "off" (see app.cpu_check)
+    extra_bufts: str = "auto"
     extra: dict = field(default_factory=dict)
 
 
 def model_options_from_args(args: argparse.Namespace, base: ModelOptions | None = None) -> ModelOptions:
     m = ModelOptions(**(base.__dict__ if base else {}))
-    for name in ("model", "ctx_size", "threads", "n_gpu_layers"):
+    for name in ("model", "ctx_size", "threads", "n_gpu_layers", "extra_bufts"):
         v = getattr(args, name, None)
         if v is not None:
             setattr(m, name, v)

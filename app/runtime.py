@@ -37,7 +37,12 @@ def cost_cache_dir() -> str:
     return str(paths.cache_dir() / "costcurves")
 
 
-def engine_config(opts: ModelOptions) -> EngineConfig:
+def engine_config(opts: ModelOptions, progress: Callable[[int, int, str], None] | None = None) -> EngineConfig:
+    """The engine's configuration for ``opts``; also settles, once per process, whether models
+    load with the CPU's extra buffer types (probed once per llama.cpp build and CPU)."""
+    from .cpu_check import apply
+    # the probe uses the default model (small, always at hand); with --model its preparation is quiet
+    apply(getattr(opts, "extra_bufts", "auto") or "auto", progress=None if opts.model else progress)
     ngl = opts.n_gpu_layers
     if ngl is None or ngl == -1:
         ngl = default_gpu_layers()
@@ -50,9 +55,9 @@ def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
     """The engine for ``opts`` with ``spec``'s chain (``build_chain=False``: the model only,
     loaded as ``spec`` needs it, e.g. with MTP layers; the caller builds the chain)."""
     path = resolve_model_path(opts, progress)
+    cfg = engine_config(opts, progress)
     if build_chain:
-        return Engine(path, engine_config(opts), spec)
-    cfg = engine_config(opts)
+        return Engine(path, cfg, spec)
     if spec is not None:
         from speculators.auto import target_has_mtp
         from speculators.types import SpecType
@@ -60,8 +65,22 @@ def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
     return Engine(path, cfg, SpecParams())
 
 
+def load_chat_engine(model_options: ModelOptions, spec: SpecParams,
+                     progress: Callable[[int, int, str], None] | None = None) -> Engine:
+    """The chat's engine, in this process: the model loaded as ``spec`` needs it, with an
+    empty chain (the session builds the chain after the model, so a bad chain never blocks it)."""
+    return open_engine(model_options, spec, progress, build_chain=False)
+
+
 def stderr_progress(done: int, total: int, phase: str) -> None:
     """A one-line progress bar on stderr (for the first run's model assembly)."""
+    if phase == "probe":
+        if not sys.stderr.isatty():
+            return
+        sys.stderr.write("Checking once whether llama.cpp's extra CPU kernels (AMX, repacked weights) work "
+                         "on this CPU…\n")
+        sys.stderr.flush()
+        return
     if not sys.stderr.isatty() and done < total:
         return
     width = 30

@@ -86,18 +86,16 @@ class EngineFactory(Protocol):
 
 
 def default_engine_factory(model_options: ModelOptions, spec: SpecParams, progress: Progress) -> ChatEngine:
-    """The real engine: the default model (assembled on first run) or ``--model``."""
-    from speculators.engine import Engine
+    """The real engine, in a runner process of its own (:mod:`app.runner`): the default model
+    (assembled on first run) or ``--model``. A crash of native code ends the runner, not the chat."""
+    from .runner import RunnerEngine
+    return RunnerEngine(model_options, spec, progress)
 
-    from .runtime import engine_config, resolve_model_path
-    path = resolve_model_path(model_options, progress)
-    progress(0, 0, "load")
-    cfg = engine_config(model_options)
-    if hasattr(cfg, "load_mtp"):
-        # the chain is built after the model (so a bad chain never blocks it): say now if MTP is wanted
-        from speculators.auto import target_has_mtp
-        cfg.load_mtp = SpecType.DRAFT_MTP in spec.types or (spec.is_auto and target_has_mtp(path))
-    return Engine(path, cfg, SpecParams())
+
+def in_process_engine_factory(model_options: ModelOptions, spec: SpecParams, progress: Progress) -> ChatEngine:
+    """The real engine in the chat's own process (benchmarks compare the two)."""
+    from .runtime import load_chat_engine
+    return load_chat_engine(model_options, spec, progress)
 
 
 def uses_lookup_caches(spec: SpecParams) -> bool:
@@ -403,6 +401,12 @@ class ChatSession:
         """The lookup caches of the engine's vocabulary, loaded (None when ngram-cache is not used)."""
         if not (self.use_lookup_store and uses_lookup_caches(spec)):
             return None, []
+        if hasattr(engine, "open_store"):
+            # the runner keeps the caches beside the model
+            try:
+                return engine.open_store(spec, self.lookup_root)
+            except Exception as e:
+                return None, [f"lookup caches unavailable ({describe(e)}); ngram-cache runs without them"]
         model = getattr(engine, "model", None)
         if model is None or not hasattr(model, "token_bytes"):
             return None, []  # the scripted engine has no vocabulary
@@ -574,7 +578,10 @@ class ChatSession:
                     # under the engine lock: the speculator reads the dynamic cache while drafting
                     learned = store.learn(list(prompt) + list(result.tokens))
             except Exception as e:
-                self.post(ReplyFailed(key, describe(e)))
+                msg = describe(e)
+                if _is_crash(e) and job.turn.tokens:
+                    msg = f"the reply was cut here: {msg}"
+                self.post(ReplyFailed(key, msg))
                 return
         self.post(ReplyDone(key, result))
         if store is not None and learned:
@@ -835,7 +842,16 @@ class ChatSession:
             return None
         from .lookup_store import LookupStore
         info = {k: dataclasses.asdict(v) for k, v in store.info().items()}
-        contrib = LookupStore.contribution(self.engine) if self.engine is not None else {}
+        engine = self.engine
+        if engine is None:
+            contrib = {}
+        elif hasattr(engine, "lookup_contribution"):
+            try:
+                contrib = engine.lookup_contribution()
+            except Exception:
+                contrib = {}
+        else:
+            contrib = LookupStore.contribution(engine)
         return {"folder": str(store.folder), "caches": info, "sources": contrib,
                 "pending_entries": store.pending_entries, "last_save": self.lookup_last_save}
 
@@ -930,7 +946,13 @@ class ChatSession:
 
 def _model_key(m: ModelOptions) -> tuple:
     ngl = -1 if m.n_gpu_layers is None else m.n_gpu_layers   # None and -1 both mean "automatic"
-    return (m.model or None, m.ctx_size, m.threads, ngl)
+    return (m.model or None, m.ctx_size, m.threads, ngl, getattr(m, "extra_bufts", "auto"))
+
+
+def _is_crash(e: BaseException) -> bool:
+    """The engine's process died (see :mod:`app.runner`)."""
+    from .runner import RunnerCrashed
+    return isinstance(e, RunnerCrashed)
 
 
 def _engine_n_ctx(engine: Any) -> int:

@@ -8,6 +8,7 @@ operations (remove a tail, save/restore a sequence checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -38,6 +39,29 @@ class ContextFull(RuntimeError):
 _log_lock = threading.Lock()
 _recent_log: list[str] = []
 _verbose = bool(os.environ.get("DRAFTLIGHT_LLAMA_LOG"))
+#: a file descriptor that every line llama.cpp logs is also written to (a runner's parent reads
+#: it, so that the last lines before a crash of native code can be shown)
+_log_fd: int | None = None
+with contextlib.suppress(ValueError):
+    _log_fd = int(os.environ["DRAFTLIGHT_LOG_FD"]) if os.environ.get("DRAFTLIGHT_LOG_FD") else None
+
+#: whether models are loaded with the CPU's extra buffer types (AMX, repacked weights), as
+#: llama.cpp does by default; ``--no-repack`` turns them off (see :func:`set_extra_bufts`)
+_extra_bufts = True
+
+
+def set_extra_bufts(on: bool) -> None:
+    """Load every later model with (True) or without the CPU's extra buffer types.
+
+    llama.cpp's ``--no-repack``: without them, weights stay in plain CPU buffers,
+    so neither the AMX kernels nor the repacked-weight kernels are used.
+    """
+    global _extra_bufts
+    _extra_bufts = bool(on)
+
+
+def extra_bufts() -> bool:
+    return _extra_bufts
 
 
 @lc.llama_log_callback
@@ -49,6 +73,12 @@ def _log_cb(level, text, _user):  # pragma: no cover - called from C
     if _verbose:
         import sys
         sys.stderr.write(msg)
+    global _last_level
+    if level != 5:   # GGML_LOG_LEVEL_CONT continues the line before
+        _last_level = level
+    if _log_fd is not None and _last_level != 1:   # not GGML_LOG_LEVEL_DEBUG
+        with contextlib.suppress(OSError):
+            os.write(_log_fd, msg.encode("utf-8", "replace"))
     # keep the last lines: a failed load is explained from them (see _last_errors)
     with _log_lock:
         _recent_log.append(msg)
@@ -56,6 +86,7 @@ def _log_cb(level, text, _user):  # pragma: no cover - called from C
 
 
 _backend_ready = False
+_last_level = 0
 
 
 def backend_init() -> None:
@@ -138,13 +169,17 @@ class Model:
     """A loaded GGUF model (weights only; contexts are made from it)."""
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True,
-                 load_mtp: bool = False):
+                 load_mtp: bool = False, use_extra_bufts: bool | None = None):
         backend_init()
         self.path = os.fspath(path)
         check_gguf_file(self.path)
         params = lc.llama_model_default_params()
         params.n_gpu_layers = int(n_gpu_layers)
         params.use_mmap = use_mmap
+        #: whether the CPU's extra buffer types were allowed (None: the process-wide choice)
+        self.use_extra_bufts = _extra_bufts if use_extra_bufts is None else bool(use_extra_bufts)
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = self.use_extra_bufts
         #: whether the NextN/MTP layers were loaded (llama.cpp skips them by default)
         self.load_mtp = bool(load_mtp)
         if load_mtp:

@@ -63,7 +63,7 @@ def test_wheel_holds_the_packages_and_their_data_and_nothing_else(dists):
     for f in DATA_FILES:
         assert f in names, f
     z = zipfile.ZipFile(dists["wheel"])
-    assert "draftlight = app.cli:main" in z.read(dist_info + "entry_points.txt").decode()
+    assert "draftlight = app.cli:entry" in z.read(dist_info + "entry_points.txt").decode()
     meta = z.read(dist_info + "METADATA").decode()
     assert "Requires-Dist: llama-cpp-python" in meta and "Requires-Dist: textual" in meta
 

@@ -565,7 +565,9 @@ def discover_draft_models(engine: Any) -> list[tuple[str, str]] | None:
         if c.spec_types:
             note += " · " + ", ".join(t.value for t in c.spec_types)
         try:
-            verdict = c.compatibility_with(target) if target is not None and hasattr(target, "ptr") else None
+            # the loaded model where this process has it, else its file (the runner holds the model)
+            ref = target if hasattr(target, "ptr") else target_path
+            verdict = c.compatibility_with(ref) if ref else None
         except Exception as e:  # a file that cannot be checked is shown with why
             verdict = None
             note += f" · {e}"

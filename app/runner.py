@@ -1,0 +1,723 @@
+"""The model in a process of its own, so that the chat survives whatever native code does.
+
+The chat's process never loads a model: a *runner* child process holds the
+model, its context, the speculator chain and the lookup caches, and the
+session talks to it through :class:`RunnerEngine`, which has the engine's
+interface (``set_spec``, ``prompt_tokens``, ``generate``, ``close``). What the
+UI needs to know of the engine arrives as typed snapshots
+(:class:`EngineSnapshot`) after each call; the engine's own event objects
+(:class:`~speculators.events.StepEvent`, ...) cross the process boundary
+as they are.
+
+When the runner dies (a segmentation fault or an abort in llama.cpp, the
+kernel's OOM killer, a ``kill``), the call in progress raises
+:class:`RunnerCrashed`, whose message says how it died, the last lines it
+logged and what to try; a fresh runner is then started in the background
+(the model loaded again, the last speculation and lookup caches restored).
+The same crash twice in a row with the same settings stops the automatic
+restart (:class:`RunnerGaveUp`) until the settings change.
+
+A stop request (the chat's Esc) is passed on at once; a runner that does not
+end the reply within :attr:`RunnerEngine.GRACE_S` seconds (stuck in native
+code) is killed, and the reply ends as stopped with what it had.
+
+Protocol (pickled tuples over a socket pair; both ends are this package):
+
+- parent → runner: ``("load", model_options, spec)``, ``("call", method, args, kwargs)``,
+  ``("cancel",)``, ``("close",)``;
+- runner → parent: ``("progress", done, total, phase)``, ``("event", event)``,
+  ``("ok", value, snapshot)``, ``("error", exception, snapshot)``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Iterator, Sequence
+
+from .errors import UserError, describe
+
+Progress = Callable[[int, int, str], None]
+
+#: tests: the runner kills itself with this signal after this many steps of a reply ("segv:3"),
+#: or hangs there as if stuck in native code ("hang:3")
+CRASH_ENV = "DRAFTLIGHT_RUNNER_CRASH"
+#: tests: a file; when given, the crash above happens once only (the file marks that it did)
+CRASH_ONCE_ENV = "DRAFTLIGHT_RUNNER_CRASH_ONCE"
+#: marks the lookup store of the runner in ``set_spec`` resources
+STORE_MARK = "__runner_store__"
+
+
+class RunnerError(UserError, RuntimeError):
+    """The runner could not do what was asked (its message is meant for people)."""
+
+
+class RunnerCrashed(RunnerError):
+    """The runner process died; the message says how, and what it logged last."""
+
+    def __init__(self, message: str, returncode: int | None = None, log_tail: Sequence[str] = ()):
+        super().__init__(message)
+        self.returncode = returncode
+        self.log_tail = list(log_tail)
+
+
+class RunnerGaveUp(RunnerCrashed):
+    """The runner crashed the same way twice in a row: it is not started again automatically."""
+
+
+# ---------------------------------------------------------------------------
+# snapshots: what the UI may know of the engine
+# ---------------------------------------------------------------------------
+
+@dataclass
+class ModelInfo:
+    path: str
+    description: str = ""
+    n_vocab: int = 0
+    n_ctx_train: int = 0
+    is_recurrent: bool = False
+    is_hybrid: bool = False
+    load_mtp: bool = False
+    use_extra_bufts: bool = True
+
+
+@dataclass
+class SpeculatorInfo:
+    name: str
+    stats: Any = None   # a SpeculatorStats
+
+
+@dataclass
+class ChainInfo:
+    speculators: list[SpeculatorInfo] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    adaptive: bool = False
+    auto_plan: list | None = None
+
+    def stats(self) -> dict:
+        return {s.name: s.stats for s in self.speculators}
+
+
+@dataclass
+class ContextInfo:
+    n_ctx: int
+    n_batch: int = 512
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+
+
+@dataclass
+class TemplateInfo:
+    stop_strings: tuple[str, ...] = ()
+
+
+@dataclass
+class EngineSnapshot:
+    model: ModelInfo
+    chain: ChainInfo
+    spec: Any                      # SpecParams
+    ctx: ContextInfo
+    template: TemplateInfo
+    #: the CPU extra-buffer-type decision, as a line for people
+    extra_bufts: str = ""
+    pid: int = 0
+
+
+def snapshot(engine: Any, decision: str = "") -> EngineSnapshot:
+    """The runner side: what the UI may know of ``engine`` now."""
+    m = engine.model
+    chain = engine.chain
+    specs = [SpeculatorInfo(s.name, s.stats.copy() if hasattr(s.stats, "copy") else s.stats)
+             for s in getattr(chain, "speculators", [])] if chain is not None else []
+    cfg = engine.config
+    ctx = getattr(engine, "ctx", None)
+    return EngineSnapshot(
+        model=ModelInfo(str(m.path), m.description() if hasattr(m, "description") else "",
+                        int(getattr(m, "n_vocab", 0) or 0), int(getattr(m, "n_ctx_train", 0) or 0),
+                        bool(getattr(m, "is_recurrent", False)), bool(getattr(m, "is_hybrid", False)),
+                        bool(getattr(m, "load_mtp", False)), bool(getattr(m, "use_extra_bufts", True))),
+        chain=ChainInfo(specs, dict(getattr(chain, "skipped", {}) or {}), bool(getattr(chain, "adaptive", False)),
+                        getattr(chain, "auto_plan", None)),
+        spec=engine.spec,
+        ctx=ContextInfo(int(getattr(ctx, "n_ctx", None) or cfg.n_ctx), int(getattr(cfg, "n_batch", 512)),
+                        getattr(ctx, "n_threads", None) or getattr(cfg, "n_threads", None),
+                        int(getattr(cfg, "n_gpu_layers", 0) or 0)),
+        template=TemplateInfo(tuple(getattr(getattr(engine, "template", None), "stop_strings", ()) or ())),
+        extra_bufts=decision, pid=os.getpid())
+
+
+# ---------------------------------------------------------------------------
+# the parent's side
+# ---------------------------------------------------------------------------
+
+def _signal_text(rc: int | None) -> str:
+    from .cpu_check import signal_name
+    return signal_name(rc)
+
+
+def crash_advice(rc: int | None, chat: bool = True) -> str:
+    """What to try after the engine's process died with exit status ``rc``."""
+    other = "another speculation setting (F3)" if chat else "another --spec-type"
+    if rc == -signal.SIGKILL:
+        return ("it was killed (SIGKILL), most often by the system when memory runs out: try a smaller "
+                "context (-c) or model, or fewer GPU layers")
+    if rc in (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGILL, -signal.SIGABRT, -signal.SIGFPE):
+        return ("that is a crash in llama.cpp's native code: try --extra-bufts off (llama.cpp's --no-repack), "
+                f"fewer GPU layers (-ngl), or {other}; `draftlight doctor --json` is what a bug report needs")
+    return "try loading the model again (F3)" if chat else "`draftlight doctor` shows what this machine has"
+
+
+_FAULTHANDLER_PREFIXES = ("Fatal Python error", "Current thread", "Thread 0x", "  File ", "Extension modules",
+                          "Stack (most recent", "<no Python frame>", "Total number")
+
+
+def telling_lines(lines: Sequence[str], n: int = 4) -> list[str]:
+    """The last ``n`` lines worth showing (no Python stack dump, no blank lines)."""
+    out = [l.strip() for l in lines if l.strip() and not l.startswith(_FAULTHANDLER_PREFIXES)]
+    return out[-n:]
+
+
+class RunnerEngine:
+    """The engine, in a runner process (see the module docstring).
+
+    >>> RunnerEngine.GRACE_S
+    2.0
+    """
+
+    #: seconds a stopped reply may take to end before the runner is killed
+    GRACE_S = 2.0
+    #: seconds the runner may take to exit when closed
+    CLOSE_S = 5.0
+
+    def __init__(self, model_options: Any, spec: Any, progress: Progress | None = None, *,
+                 env: dict[str, str] | None = None, lookup_root: str | os.PathLike | None = None):
+        self.model_options = model_options
+        self.load_spec = spec
+        self.extra_env = dict(env or {})
+        self.lookup_root = lookup_root
+        self._lock = threading.RLock()           # one request at a time
+        #: (sequence number, line) of what the runner printed last (llama.cpp's log, Python's errors)
+        self._log: collections.deque[tuple[int, str]] = collections.deque(maxlen=300)
+        self._log_seq = 0
+        self._request_seq = 0    # _log_seq when the request in progress began
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._snap: EngineSnapshot | None = None
+        self._store_spec: Any = None             # the spec the lookup store was opened for
+        self._crashes: list[tuple] = []          # signatures of crashes since the last good call
+        self._gave_up: RunnerGaveUp | None = None
+        self._restart_thread: threading.Thread | None = None
+        self.closed = False
+        #: how often the runner was started (1: the first load)
+        self.starts = 0
+        #: the last crash (its message), for the UI
+        self.last_crash: str | None = None
+        self._start(progress)
+
+    # -- what the UI may read ----------------------------------------------------------
+    @property
+    def model(self) -> ModelInfo:
+        return self._snap.model
+
+    @property
+    def chain(self) -> ChainInfo:
+        return self._snap.chain
+
+    @property
+    def spec(self) -> Any:
+        return self._snap.spec
+
+    @property
+    def ctx(self) -> ContextInfo:
+        return self._snap.ctx
+
+    @property
+    def config(self) -> ContextInfo:
+        return self._snap.ctx
+
+    @property
+    def template(self) -> TemplateInfo:
+        return self._snap.template
+
+    @property
+    def auto_plan(self) -> list | None:
+        return self._snap.chain.auto_plan
+
+    @property
+    def snapshot(self) -> EngineSnapshot:
+        return self._snap
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, n: int = 20) -> list[str]:
+        return [line for _, line in list(self._log)[-n:]]
+
+    # -- the process -----------------------------------------------------------------------
+    def _spawn(self) -> None:
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["DRAFTLIGHT_LOG_FD"] = "2"        # llama.cpp's log lines, to the stderr we read
+        env["PYTHONFAULTHANDLER"] = "1"       # a crash also prints where Python was
+        env["PYTHONUNBUFFERED"] = "1"
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "app.runner_child", str(child.fileno())],
+                                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        finally:
+            child.close()
+        self._proc = proc
+        self._conn = Connection(parent.detach())
+        self.starts += 1
+        log = self._log
+        log.clear()
+
+        def read_log(stream=proc.stdout) -> None:
+            for raw in iter(stream.readline, b""):
+                self._log_seq += 1
+                log.append((self._log_seq, raw.decode("utf-8", "replace").rstrip("\n")))
+            stream.close()
+            # the runner is gone; between requests, a fresh one is started before anyone asks
+            if not self.closed and self._proc is proc:
+                self._restart_soon(wait_for=proc)
+
+        threading.Thread(target=read_log, name="draftlight-runner-log", daemon=True).start()
+
+    def _start(self, progress: Progress | None) -> None:
+        """Start a runner and load the model in it (and restore the speculation of the last one)."""
+        self._spawn()
+        self._snap = self._call_raw(("load", self.model_options, self.load_spec), progress=progress)[1]
+        if self._store_spec is not None:
+            self._call_raw(("call", "open_store", (self._store_spec, self.lookup_root), {}))
+        if self._snap is not None and self._last_spec is not None:
+            self._call_raw(("call", "set_spec", (self._last_spec, self._store_spec is not None), {}))
+
+    _last_spec: Any = None
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                proc.wait(5)
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                self._conn.close()
+        self._conn = None
+
+    def _died(self) -> RunnerCrashed:
+        """The runner is gone: say how, count it, and start a fresh one in the background."""
+        proc = self._proc
+        self._reported = proc
+        rc = None
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rc = proc.wait(5)
+        self._kill()
+        time.sleep(0.05)   # the log reader's last lines
+        tail = telling_lines([line for seq, line in list(self._log) if seq > self._request_seq])
+        sig = (rc, repr(getattr(self._last_spec, "to_dict", lambda: None)()))
+        self._crashes.append(sig)
+        what = f"the model runner stopped ({_signal_text(rc)})"
+        logged = (" — its last lines: " + " | ".join(tail)) if tail else " (it logged nothing since the request began)"
+        advice = crash_advice(rc)
+        if len(self._crashes) >= 2 and self._crashes[-1] == self._crashes[-2]:
+            msg = (f"{what}, the same way twice in a row with this model and these settings, so it is not "
+                   f"started again; {advice}. Change the model or its settings (F3) to try again{logged}")
+            self._gave_up = RunnerGaveUp(msg, rc, tail)
+            self.last_crash = msg
+            return self._gave_up
+        msg = f"{what}: {advice}; a fresh runner is being started for your next message{logged}"
+        self.last_crash = msg
+        self._restart_soon()
+        return RunnerCrashed(msg, rc, tail)
+
+    def _restart_soon(self, wait_for: subprocess.Popen | None = None) -> None:
+        def restart() -> None:
+            if wait_for is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    wait_for.wait(5)
+            with self._lock:
+                if self.closed or self.alive or self._gave_up is not None:
+                    return
+                if wait_for is not None and self._proc is wait_for and self._reported is not wait_for:
+                    self.last_crash = f"the model runner stopped between replies ({_signal_text(wait_for.returncode)})"
+                with contextlib.suppress(RunnerError, OSError):
+                    self._start(None)
+        t = threading.Thread(target=restart, name="draftlight-runner-restart", daemon=True)
+        self._restart_thread = t
+        t.start()
+
+    def _ensure(self) -> None:
+        if self.closed:
+            raise RunnerError("the model was unloaded")
+        if self._gave_up is not None:
+            raise self._gave_up
+        if not self.alive:
+            self._start(None)
+
+    # -- requests --------------------------------------------------------------------------
+    def _call_raw(self, msg: tuple, progress: Progress | None = None,
+                  on_event: Callable[[Any], None] | None = None) -> tuple[Any, EngineSnapshot | None]:
+        for item in self._exchange(msg, progress):
+            if on_event is not None:
+                on_event(item)
+        return self._result
+
+    def _exchange(self, msg: tuple, progress: Progress | None = None,
+                  cancel: Callable[[], bool] | None = None) -> Iterator[Any]:
+        """Send ``msg``; yield the events that come back; leave ``(value, snapshot)`` in ``_result``."""
+        conn = self._conn
+        self._request_seq = self._log_seq
+        try:
+            conn.send(msg)
+        except (OSError, EOFError, AttributeError):
+            raise self._died() from None
+        cancel_sent: float | None = None
+        while True:
+            try:
+                ready = conn.poll(0.05)
+            except (OSError, EOFError):
+                raise self._died() from None
+            if not ready:
+                if cancel is not None and cancel():
+                    now = time.monotonic()
+                    if cancel_sent is None:
+                        cancel_sent = now
+                        with contextlib.suppress(OSError):
+                            conn.send(("cancel",))
+                    elif now - cancel_sent > self.GRACE_S:
+                        raise _StuckAfterCancel()
+                if self._proc is not None and self._proc.poll() is not None and not conn.poll(0):
+                    raise self._died()
+                continue
+            try:
+                reply = conn.recv()
+            except (OSError, EOFError):
+                raise self._died() from None
+            kind = reply[0]
+            if kind == "event":
+                yield reply[1]
+            elif kind == "progress":
+                if progress is not None:
+                    progress(*reply[1:])
+            elif kind == "ok":
+                if reply[2] is not None:
+                    self._snap = reply[2]
+                self._result = (reply[1], reply[2])
+                return
+            elif kind == "error":
+                if reply[2] is not None:
+                    self._snap = reply[2]
+                raise reply[1]
+
+    _result: tuple = (None, None)
+    _reported: subprocess.Popen | None = None   # the runner whose death was reported to a caller
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self._ensure()
+            return self._call_raw(("call", method, args, kwargs))[0]
+
+    # -- the engine's interface ---------------------------------------------------------------
+    def set_spec(self, params: Any, resources: dict | None = None) -> ChainInfo:
+        with self._lock:
+            if self._gave_up is not None and params.to_dict() != getattr(self._last_spec, "to_dict", dict)():
+                self._gave_up = None       # other settings: worth another try
+                self._crashes.clear()
+            with_store = bool(resources and resources.get(STORE_MARK))
+            self._call("set_spec", params, with_store)
+            self._last_spec = params
+            return self._snap.chain
+
+    def prompt_tokens(self, messages: Sequence[dict] | None = None, text: str | None = None,
+                      raw: bool = False) -> list[int]:
+        return self._call("prompt_tokens", list(messages) if messages is not None else None, text, raw)
+
+    def generate(self, prompt: Sequence[int], max_tokens: int = 512, sampling: Any = None,
+                 stop: Sequence[str] = (), cancel: Callable[[], bool] | None = None,
+                 stats_interval_s: float = 0.25, context_shift: bool = False, n_keep: int = 0) -> Iterator[Any]:
+        """The engine's events, from the runner; see :meth:`speculators.engine.Engine.generate`."""
+        from speculators.events import STOP_CANCELLED, FinishEvent, GenerationResult, GenerationStats, StatsEvent, StepEvent
+        kw = dict(max_tokens=max_tokens, sampling=sampling, stop=tuple(stop), stats_interval_s=stats_interval_s,
+                  context_shift=context_shift, n_keep=n_keep)
+        with self._lock:
+            self._ensure()
+            tokens: list = []
+            last_stats = None
+            try:
+                for ev in self._exchange(("call", "generate", (list(prompt),), kw), cancel=cancel):
+                    if isinstance(ev, StepEvent):
+                        tokens.extend(ev.tokens)
+                    elif isinstance(ev, StatsEvent):
+                        last_stats = ev.stats
+                    yield ev
+            except _StuckAfterCancel:
+                # stopped, but stuck in native code: kill it; the reply ends as stopped with what it had
+                self._kill()
+                stats = last_stats or GenerationStats(n_prompt=len(prompt))
+                stats.n_generated = len(tokens)
+                yield FinishEvent(GenerationResult("".join(t.text for t in tokens), [t.id for t in tokens],
+                                                   [t.drafted_by for t in tokens], [t.draft_pos for t in tokens],
+                                                   STOP_CANCELLED, stats,
+                                                   "stopped; the model runner did not respond and was restarted"))
+                self._restart_soon()
+                return
+            self._crashes.clear()
+
+    # -- the lookup caches (kept in the runner) ------------------------------------------------
+    def open_store(self, spec: Any, lookup_root: str | os.PathLike | None = None) -> tuple[Any, list[str]]:
+        """Open the lookup caches of the model's vocabulary in the runner: (a store proxy, warnings)."""
+        with self._lock:
+            self.lookup_root = lookup_root
+            ok, warnings = self._call("open_store", spec, lookup_root)
+            if not ok:
+                return None, list(warnings)
+            self._store_spec = spec
+            return RunnerStore(self), list(warnings)
+
+    def lookup_contribution(self) -> dict:
+        return self._call("lookup_contribution")
+
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            conn, proc = self._conn, self._proc
+            if conn is not None and proc is not None and proc.poll() is None:
+                with contextlib.suppress(OSError, EOFError):
+                    conn.send(("close",))
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(self.CLOSE_S)
+            self._kill()
+
+
+class _StuckAfterCancel(Exception):
+    pass
+
+
+class RunnerStore:
+    """The runner's lookup store, as the session uses it (every call goes to the runner)."""
+
+    def __init__(self, engine: RunnerEngine):
+        self.engine = engine
+        self.folder, self.warnings = engine._call("store_attr", ("folder", "warnings"))
+
+    def resources(self) -> dict:
+        return {STORE_MARK: True}
+
+    def learn(self, tokens: Sequence[int]) -> int:
+        return self.engine._call("store", "learn", list(tokens))
+
+    @property
+    def pending_entries(self) -> int:
+        return self.engine._call("store_attr", ("pending_entries",))[0]
+
+    def save(self) -> Any:
+        return self.engine._call("store", "save")
+
+    def info(self) -> dict:
+        return self.engine._call("store", "info")
+
+    def close(self) -> Any:
+        eng = self.engine
+        if eng.closed or eng._gave_up is not None:
+            return None
+        eng._store_spec = None
+        return eng._call("close_store")
+
+    def build_static(self, files: Sequence[str], progress: Progress | None = None,
+                     cancel: Callable[[], bool] | None = None) -> Any:
+        eng = self.engine
+        with eng._lock:
+            eng._ensure()
+            for _ in eng._exchange(("call", "build_static", ([str(f) for f in files],), {}), progress, cancel):
+                pass
+            return eng._result[0]
+
+
+# ---------------------------------------------------------------------------
+# the runner's side
+# ---------------------------------------------------------------------------
+
+class _Runner:
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.inbox: queue.Queue = queue.Queue()
+        self.cancel = threading.Event()
+        self.engine: Any = None
+        self.store: Any = None
+        self.decision = ""
+        crash = os.environ.get(CRASH_ENV, "")
+        self.crash_sig, _, n = crash.partition(":")
+        self.crash_after = int(n or 0) if crash else None
+        self.crash_once = os.environ.get(CRASH_ONCE_ENV)
+        if self.crash_once and os.path.exists(self.crash_once):
+            self.crash_after = None
+
+    def send(self, msg: tuple) -> None:
+        with self.send_lock:
+            self.conn.send(msg)
+
+    def read(self) -> None:
+        while True:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                self.cancel.set()
+                self.inbox.put(None)
+                return
+            if msg[0] == "cancel":
+                self.cancel.set()
+            else:
+                self.inbox.put(msg)
+
+    def snap(self) -> EngineSnapshot | None:
+        return snapshot(self.engine, self.decision) if self.engine is not None else None
+
+    def serve(self) -> None:
+        threading.Thread(target=self.read, name="runner-read", daemon=True).start()
+        while True:
+            msg = self.inbox.get()
+            if msg is None or msg[0] == "close":
+                break
+            try:
+                if msg[0] == "load":
+                    value = self.load(*msg[1:])
+                else:
+                    _, method, args, kwargs = msg
+                    value = getattr(self, "do_" + method)(*args, **kwargs)
+                self.send(("ok", value, self.snap()))
+            except Exception as e:
+                try:
+                    self.send(("error", _picklable(e), self.snap()))
+                except (OSError, EOFError):
+                    break
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                self.store.close()
+        if self.engine is not None:
+            with contextlib.suppress(Exception):
+                self.engine.close()
+
+    def progress(self, done: int, total: int, phase: str) -> None:
+        self.send(("progress", done, total, phase))
+
+    # -- requests --------------------------------------------------------------------
+    def load(self, model_options: Any, spec: Any) -> None:
+        from .runtime import load_chat_engine
+        from speculators.llama import extra_bufts
+        self.engine = load_chat_engine(model_options, spec, self.progress)
+        from .cpu_check import decide
+        with contextlib.suppress(Exception):
+            self.decision = decide(getattr(model_options, "extra_bufts", "auto") or "auto").line()
+        if not self.decision:
+            self.decision = f"CPU extra buffer types: {'on' if extra_bufts() else 'off'}"
+
+    def do_set_spec(self, spec: Any, with_store: bool) -> None:
+        res = self.store.resources() if with_store and self.store is not None else None
+        self.engine.set_spec(spec, resources=res)
+
+    def do_prompt_tokens(self, messages, text, raw) -> list[int]:
+        return self.engine.prompt_tokens(messages=messages, text=text, raw=raw)
+
+    def do_generate(self, prompt: list[int], **kw: Any) -> None:
+        from speculators.events import StepEvent
+        self.cancel.clear()
+        steps = 0
+        for ev in self.engine.generate(prompt, cancel=self.cancel.is_set, **kw):
+            self.send(("event", ev))
+            if isinstance(ev, StepEvent):
+                steps += 1
+                if self.crash_after is not None and steps >= self.crash_after:
+                    if self.crash_once:
+                        open(self.crash_once, "w").close()
+                    _crash_now(self.crash_sig)
+
+    def do_open_store(self, spec: Any, root: Any) -> tuple[bool, list[str]]:
+        from .lookup_store import LookupStore, LookupStoreError
+        if self.store is not None:
+            return True, []
+        nc = spec.ngram_cache
+        try:
+            self.store = LookupStore.for_model(self.engine.model, static_path=nc.lookup_cache_static or None,
+                                               dynamic_path=nc.lookup_cache_dynamic or None, root=root)
+        except (LookupStoreError, OSError) as e:
+            return False, [f"lookup caches unavailable ({describe(e)}); ngram-cache runs without them"]
+        return True, list(self.store.warnings)
+
+    def do_close_store(self) -> Any:
+        store, self.store = self.store, None
+        return store.close() if store is not None else None
+
+    def do_store(self, method: str, *args: Any) -> Any:
+        if self.store is None:
+            from .lookup_store import LookupStoreError
+            raise LookupStoreError("the lookup caches are not open")
+        return getattr(self.store, method)(*args)
+
+    def do_store_attr(self, names: Sequence[str]) -> tuple:
+        return tuple(getattr(self.store, n) for n in names)
+
+    def do_build_static(self, files: list[str]) -> Any:
+        self.cancel.clear()
+        return self.store.build_static(files, progress=self.progress, cancel=self.cancel.is_set)
+
+    def do_lookup_contribution(self) -> dict:
+        from .lookup_store import LookupStore
+        return LookupStore.contribution(self.engine)
+
+
+def _picklable(e: BaseException) -> BaseException:
+    import pickle
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RunnerError(describe(e))
+
+
+def _crash_now(name: str) -> None:
+    """Tests: die as native code would (no Python clean-up)."""
+    if name == "hang":              # stuck in native code: deaf to the stop request
+        time.sleep(3600)
+    sig = {"segv": signal.SIGSEGV, "kill": signal.SIGKILL, "abrt": signal.SIGABRT}.get(name, signal.SIGSEGV)
+    if sig == signal.SIGSEGV:
+        import faulthandler
+        faulthandler.disable()      # a real crash would print the stack; the test wants only the signal
+    sys.stderr.write(f"simulated crash: {sig.name}\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), sig)
+    time.sleep(10)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    conn = Connection(int(argv[0]))
+    _Runner(conn).serve()
+    return 0
+

@@ -1,0 +1,213 @@
+"""The model in a runner process: the chat survives the engine dying, on the real default model.
+
+The runner is killed by real signals (from outside, as the kernel or a crash in
+llama.cpp would end it, or by itself through the test hook in ``app.runner``),
+and the session must keep the partial reply and the history, say what happened,
+and answer the next message from a fresh runner.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app import config as config_mod
+from app import session as sess
+from app.options import ModelOptions
+from app.runner import CRASH_ENV, CRASH_ONCE_ENV, RunnerEngine, telling_lines
+from app.session import ChatSession
+from app.storage import History
+from speculators.params import SpecParams
+
+pytestmark = pytest.mark.slow
+
+#: at temperature 0 the default model answers this with a long reply (it does not stop by itself)
+LONG = "Count from 1 to 100, separated by commas."
+
+
+def drain(s: ChatSession, q: queue.Queue, until, timeout: float = 120.0) -> list:
+    seen = []
+    deadline = time.monotonic() + timeout
+    while not until():
+        try:
+            ev = q.get(timeout=0.05)
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; events so far: {[type(e).__name__ for e in seen]}")
+            continue
+        s.apply(ev)
+        seen.append(ev)
+    return seen
+
+
+def runner_session(tmp_path, model: Path, env: dict | None = None, spec: str = "none", max_tokens: int = 400,
+                   **kw) -> tuple[ChatSession, queue.Queue]:
+    cfg = config_mod.Config()
+    cfg.model = ModelOptions(model=str(model), ctx_size=1024, threads=2)
+    cfg.spec = SpecParams.from_types(spec) if spec != "none" else SpecParams()
+    cfg.sampling.temperature = 0.0
+    cfg.max_tokens = max_tokens
+    q: queue.Queue = queue.Queue()
+    factory = (lambda m, sp, p: RunnerEngine(m, sp, p, env=env)) if env else None
+    s = ChatSession(cfg, post=q.put, engine_factory=factory, history=History(tmp_path / "h.sqlite3"),
+                    persist_config=False, lookup_root=tmp_path / "lookup", **kw)
+    s.load()
+    drain(s, q, lambda: s.engine is not None or s.load_error is not None)
+    assert s.load_error is None, s.load_error
+    return s, q
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL], ids=["SIGSEGV", "SIGKILL"])
+def test_the_chat_survives_its_runner_killed_mid_reply(tmp_path, default_model_path, sig):
+    s, q = runner_session(tmp_path, default_model_path)
+    eng = s.engine
+    assert isinstance(eng, RunnerEngine) and eng.alive and eng.pid != os.getpid()
+    first_pid = eng.pid
+    reply = s.send(LONG)
+    drain(s, q, lambda: len(reply.tokens) >= 3 or s.job is None)
+    assert s.job is not None, "the reply ended before the runner could be killed"
+    os.kill(first_pid, sig)
+    events = drain(s, q, lambda: s.job is None)
+    failed = [e for e in events if isinstance(e, sess.ReplyFailed)]
+    assert failed, [type(e).__name__ for e in events]
+    msg = failed[0].error
+    assert sig.name in msg and "the reply was cut here" in msg and "fresh runner" in msg
+    # the reply so far is kept, in the chat and in the history
+    assert reply.tokens and reply.text and len(reply.tokens) < 400
+    assert reply.error == msg
+    stored = s.history.load_chat(s.chat_id).messages
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[0].content == LONG and stored[1].content == reply.text and stored[1].status == "error"
+    # the next message is answered by a fresh runner, with the whole conversation
+    nxt = s.send("Say hello.")
+    drain(s, q, lambda: s.job is None)
+    assert nxt.error is None and nxt.text and nxt.status == "done"
+    assert eng.alive and eng.pid != first_pid and eng.starts == 2
+    assert len(s.history.load_chat(s.chat_id).messages) == 4
+    s.close()
+    assert not eng.alive
+
+
+def test_the_same_crash_twice_stops_the_restart_until_the_settings_change(tmp_path, default_model_path):
+    s, q = runner_session(tmp_path, default_model_path, env={CRASH_ENV: "segv:2"})
+    eng = s.engine
+    r1 = s.send(LONG)
+    drain(s, q, lambda: s.job is None)
+    assert "SIGSEGV" in r1.error and "fresh runner" in r1.error
+    r2 = s.send(LONG)
+    drain(s, q, lambda: s.job is None)
+    assert "twice in a row" in r2.error and "not started again" in r2.error
+    starts = eng.starts
+    # no loop: the next message is refused at once, no runner is started
+    t0 = time.monotonic()
+    r3 = s.send("Hello")
+    drain(s, q, lambda: s.job is None)
+    assert "twice in a row" in r3.error and eng.starts == starts and not eng.alive
+    assert time.monotonic() - t0 < 5
+    # other settings are worth another try: a runner starts again
+    spec = SpecParams.from_types("ngram-simple")
+    assert s.apply_settings(spec, s.config.sampling, s.config.model, s.config.max_tokens) == "rebuild"
+    drain(s, q, lambda: eng.alive and s.active_types == ["ngram-simple"], timeout=60)
+    assert eng.starts == starts + 1
+    s.close()
+
+
+def test_esc_stops_a_runner_stuck_in_native_code(tmp_path, default_model_path):
+    once = tmp_path / "hung-once"
+    s, q = runner_session(tmp_path, default_model_path, env={CRASH_ENV: "hang:3", CRASH_ONCE_ENV: str(once)})
+    eng = s.engine
+    pid = eng.pid
+    reply = s.send(LONG)
+    drain(s, q, lambda: once.exists() and len(reply.tokens) >= 2)
+    t0 = time.monotonic()
+    s.stop()
+    drain(s, q, lambda: s.job is None, timeout=RunnerEngine.GRACE_S + 15)
+    assert time.monotonic() - t0 < RunnerEngine.GRACE_S + 10
+    assert reply.status == "cancelled" and reply.tokens and reply.error is None
+    # the stuck runner was killed; a fresh one answers
+    nxt = s.send("Say hello.")
+    drain(s, q, lambda: s.job is None)
+    assert nxt.text and nxt.error is None and eng.pid != pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    s.close()
+
+
+def test_the_chat_process_loads_no_model_and_the_runner_keeps_the_lookup_caches(tmp_path, default_model_path,
+                                                                                monkeypatch):
+    import speculators.llama as native
+
+    def refuse(*a, **k):
+        raise AssertionError("the chat's own process loaded a model")
+
+    for cls in (native.Model, native.Context):
+        monkeypatch.setattr(cls, "__init__", refuse)
+    s, q = runner_session(tmp_path, default_model_path, spec="ngram-cache", max_tokens=24)
+    assert s.store is not None and s.active_types == ["ngram-cache"]
+    s.send("List the days of the week.")
+    drain(s, q, lambda: s.lookup_last_save is not None and s.job is None)
+    assert not s.lookup_last_save.get("error")
+    fig = s.lookup_figures()
+    assert fig["caches"]["dynamic"]["entries"] > 0 and set(fig["sources"]) == {"context", "dynamic", "static"}
+    dyn = Path(fig["folder"]) / "dynamic.bin"
+    assert dyn.exists() and dyn.is_relative_to(tmp_path)
+    saved = dyn.read_bytes()
+    # a runner killed after the save: the file is as it was saved, and the next runner reads it
+    eng = s.engine
+    os.kill(eng.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while not (eng.starts == 2 and eng.alive):     # restarted between replies, before anyone asks
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    s.lookup_last_save = None
+    nxt = s.send("Name three colours.")
+    drain(s, q, lambda: s.job is None and s.lookup_last_save is not None)
+    assert nxt.text and nxt.error is None
+    from speculators.ngram_cache import NgramCache
+    assert NgramCache.load(dyn).n_entries >= fig["caches"]["dynamic"]["entries"]
+    assert len(saved) > 0
+    s.close()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with open(task / "children") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
+def test_generate_whose_engine_crashes_prints_one_clear_line(tmp_path, default_model_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, "-m", "app", "generate", "-m", str(default_model_path), "--raw",
+                          "-p", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "-n", "3000", "--spec-type", "none",
+                          "--temp", "0", "-t", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         cwd=Path(__file__).parent.parent)
+    first = p.stdout.read(8)     # the reply has begun
+    assert first, p.stderr.read()
+    kids = _children(p.pid)
+    assert len(kids) == 1, "generate should run its engine in a supervised child"
+    os.kill(kids[0], signal.SIGSEGV)
+    rest = p.stdout.read()
+    err = p.stderr.read().decode()
+    assert p.wait(30) == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("draftlight: error: `draftlight generate` stopped: the engine was killed by SIGSEGV")
+    assert "--extra-bufts off" in lines[0] and "Traceback" not in err
+    assert len(first + rest) < 3000 * 2
+
+
+def test_telling_lines_leave_out_pythons_stack_dump():
+    lines = ["llama_model_load: loaded", "Fatal Python error: Segmentation fault", "",
+             "Current thread 0x00007f (most recent call first):", '  File "x.py", line 3 in f',
+             "ggml_backend_amx_mul_mat: oops"]
+    assert telling_lines(lines, 2) == ["llama_model_load: loaded", "ggml_backend_amx_mul_mat: oops"]
