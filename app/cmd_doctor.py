@@ -81,6 +81,7 @@ def collect() -> dict:
     report["backends"] = ggml.get("backends", []) if "error" not in ggml else ggml
     report["devices"] = ggml.get("devices", []) if "error" not in ggml else ggml
     report["gpu_offload"] = _section(_gpu_offload)
+    report["cpu_extra_bufts"] = _section(_cpu_extra_bufts)
     report["defaults"] = _section(_defaults)
     report["config"] = _section(_config)
     report["paths"] = _section(_paths)
@@ -89,6 +90,27 @@ def collect() -> dict:
     report["environment"] = _section(_environment)
     report["doctor_seconds"] = round(time.perf_counter() - t0, 3)
     return report
+
+
+def _cpu_extra_bufts() -> dict:
+    """What the one-time probe found about the CPU's extra buffer types (no probe is run here)."""
+    from . import cpu_check
+    from . import config as config_mod
+    info = cpu_check.summary()
+    try:
+        mode = config_mod.load().model.extra_bufts
+    except Exception:
+        mode = "auto"
+    info["mode"] = mode
+    ans = info["answer"]
+    if mode != "auto":
+        info["state"] = f"{mode} (forced by config.toml's [model] extra_bufts)"
+    elif ans is None:
+        info["state"] = "not probed yet on this build and CPU (the first load probes)"
+    else:
+        info["state"] = ("on: they work here" if ans["ok"] else
+                         f"off (as --no-repack): {ans.get('detail', 'the probe crashed')}") + f" (probed {ans.get('when')})"
+    return info
 
 
 def _draftlight() -> dict:
@@ -393,6 +415,8 @@ def format_text(r: dict) -> str:
             mem = f"{human_size(d['memory_free'])} free of {human_size(d['memory_total'])}" \
                 if d.get("memory_total") else "memory unknown"
             row(f"[{d['index']}] {d['name']}", f"{d['type']}, {d['description']}; {mem}")
+    cx = r.get("cpu_extra_bufts") or {}
+    row("CPU extra bufts", _err(cx) or f"{cx.get('state')}; --extra-bufts on|off forces it")
     gpu = r["gpu_offload"]
     row("GPU offload", _err(gpu) or ("available" if gpu else "not available (a CPU-only build)"))
     d = r["defaults"]

@@ -438,6 +438,17 @@ class RunnerEngine:
             self._ensure()
             return self._call_raw(("call", method, args, kwargs))[0]
 
+    def _call_within(self, timeout: float, method: str, *args: Any) -> Any:
+        """:meth:`_call`, unless another request holds the runner for ``timeout`` seconds (then None)."""
+        if not self._lock.acquire(timeout=timeout):
+            return None
+        try:
+            if self.closed or self._gave_up is not None or not self.alive:
+                return None
+            return self._call_raw(("call", method, args, {}))[0]
+        finally:
+            self._lock.release()
+
     # -- the engine's interface ---------------------------------------------------------------
     def set_spec(self, params: Any, resources: dict | None = None) -> ChainInfo:
         with self._lock:
@@ -499,17 +510,22 @@ class RunnerEngine:
         return self._call("lookup_contribution")
 
     def close(self) -> None:
-        with self._lock:
+        """End the runner (it saves its lookup caches); one busy or stuck for CLOSE_S seconds is killed."""
+        got = self._lock.acquire(timeout=self.CLOSE_S)
+        try:
             if self.closed:
                 return
             self.closed = True
             conn, proc = self._conn, self._proc
-            if conn is not None and proc is not None and proc.poll() is None:
+            if got and conn is not None and proc is not None and proc.poll() is None:
                 with contextlib.suppress(OSError, EOFError):
                     conn.send(("close",))
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(self.CLOSE_S)
             self._kill()
+        finally:
+            if got:
+                self._lock.release()
 
 
 class _StuckAfterCancel(Exception):
@@ -540,11 +556,12 @@ class RunnerStore:
         return self.engine._call("store", "info")
 
     def close(self) -> Any:
+        """Save and close the caches in the runner (skipped when it is gone or stays busy)."""
         eng = self.engine
-        if eng.closed or eng._gave_up is not None:
-            return None
         eng._store_spec = None
-        return eng._call("close_store")
+        with contextlib.suppress(RunnerError, OSError, EOFError):
+            return eng._call_within(eng.CLOSE_S, "close_store")
+        return None
 
     def build_static(self, files: Sequence[str], progress: Progress | None = None,
                      cancel: Callable[[], bool] | None = None) -> Any:

@@ -55,6 +55,19 @@ def default_model_path(pytestconfig) -> Path:
     return target
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cpu_extra_bufts(default_model_path):
+    """Load the tests' models as the app would on this CPU: without llama.cpp's CPU extra buffer
+    types where a throwaway probe process crashes with them (see app.cpu_check; never cached here,
+    so no user folder is touched)."""
+    from app import cpu_check
+    from speculators.llama import set_extra_bufts
+    result = cpu_check.probe(str(default_model_path))
+    set_extra_bufts(result.ok)
+    yield result
+    set_extra_bufts(True)
+
+
 def _quantized(pytestconfig, src: Path, name: str, ftype: int) -> Path:
     import llama_cpp as lc
 

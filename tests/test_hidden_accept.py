@@ -277,12 +277,13 @@ def _native_session(model: Path, spec_type: str, prompts, extra) -> list[tuple]:
     import time
     import urllib.request
 
-    from tests.test_native_llama_cpp import BIN, _free_port
+    from tests.test_native_llama_cpp import BIN, _free_port, cpu_flags
 
     port = _free_port()
     srv = subprocess.Popen([str(BIN / "llama-server"), "-m", str(model), "-t", "2", "-tb", "2", "-c", "1024",
                             "--no-warmup", "--port", str(port), "--host", "127.0.0.1", "--spec-type", spec_type,
-                            "-np", "1", "--no-webui", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            "-np", "1", "--no-webui", *cpu_flags(model), *extra], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
     out = []
     try:
         deadline = time.monotonic() + 120

@@ -12,6 +12,8 @@ Skipped where the binaries are not built; ``DRAFTLIGHT_NATIVE_DIR`` says where t
 
 from __future__ import annotations
 
+import functools
+
 import importlib.util
 import json
 import os
@@ -100,6 +102,17 @@ def _prompt() -> str:
     return f"{TEXT}\n\nRepeat the text above exactly.\n\n"
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_flags(model: Path) -> tuple[str, ...]:
+    """llama-server's --no-repack where llama.cpp's CPU extra buffer types crash on this machine.
+
+    The native tools are built from the same source with the same flags as the wheel, so the
+    wheel's probe (app.cpu_check, run once here) answers for them too.
+    """
+    from app import cpu_check
+    return () if cpu_check.decide("auto", str(model)).use else ("--no-repack",)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,7 +124,8 @@ def _native_completion(model: Path, spec_type: str, prompt: str, extra: list[str
     port = _free_port()
     srv = subprocess.Popen([str(BIN / "llama-server"), "-m", str(model), "-t", "2", "-tb", "2", "-c", "1024",
                             "--no-warmup", "--port", str(port), "--host", "127.0.0.1", "--spec-type", spec_type,
-                            "-np", "1", "--no-webui", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            "-np", "1", "--no-webui", *cpu_flags(model), *extra], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while True:

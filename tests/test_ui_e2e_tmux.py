@@ -2,7 +2,9 @@
 
 1. type a prompt, see the reply stream with ngram-mod's drafted tokens coloured, quit cleanly;
 2. kill -9 the app mid-reply, start it again, and find the chat intact;
-3. a new user's first runs (no flags, no config): the chat learns the dynamic lookup cache.
+3. a new user's first runs (no flags, no config): the chat learns the dynamic lookup cache;
+4. a small context keeps chatting past its limit;
+5. the model runner killed by SIGSEGV mid-reply: the chat says so, keeps the reply, answers the next.
 """
 
 from __future__ import annotations
@@ -237,5 +239,44 @@ def test_a_small_context_keeps_chatting_past_its_limit(tmux, tmp_path, default_m
         tmux.keys("PageUp")
         time.sleep(0.3)
     assert "no longer sees" in tmux.screen()
+    tmux.keys("C-q")
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
+
+
+def _runner_pid(app_pid: int) -> int:
+    """The app's model runner: its child process running app.runner_child."""
+    for task in Path(f"/proc/{app_pid}/task").glob("*"):
+        for kid in (task / "children").read_text().split():
+            if b"app.runner_child" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                return int(kid)
+    raise AssertionError("the app has no model runner process")
+
+
+def test_the_runner_crashing_mid_reply_leaves_the_chat_running(tmux, tmp_path, default_model_path):
+    """A segmentation fault in the engine: the chat says so in place, keeps the reply, answers the next."""
+    import signal
+    pidfile = tmp_path / "pid"
+    tmux.start(_args(default_model_path, "-n", "3000"), pidfile)
+    tmux.wait_for(r"ready\s*$")
+    prompt = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"   # greedy: it counts on and on
+    tmux.keys(prompt, literal=True)
+    tmux.keys("Enter")
+    tmux.wait_for(r"\d+ tok · .*drafted")
+    app_pid = int(pidfile.read_text())
+    runner = _runner_pid(app_pid)
+    os.kill(runner, signal.SIGSEGV)
+    screen = tmux.wait_for(r"SIGSEGV", timeout=30)
+    assert "cut here" in screen and "fresh runner" in screen.replace("\n", " ")
+    os.kill(app_pid, 0)                          # the app itself is still running
+    tmux.keys("Say hello.", literal=True)
+    tmux.keys("Enter")
+    tmux.wait_reply_done(timeout=120)
+    assert _runner_pid(app_pid) != runner
+    h = History()
+    msgs = h.load_chat(h.list_chats()[0].id).messages
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"]
+    assert msgs[1].status == "error" and msgs[1].content and msgs[1].tokens    # the cut reply, kept
+    assert msgs[3].status == "done" and msgs[3].content
+    h.close()
     tmux.keys("C-q")
     tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)

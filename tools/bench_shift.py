@@ -95,6 +95,8 @@ def one_run(engine, prompt: list[int], n_keep: int, max_tokens: int) -> dict:
 def bench(model_path: str, sizes: list[int], n_keep: int, reps: int, threads: int | None,
           lead: int = 6, tail: int = 10) -> list[dict]:
     from speculators.engine import Engine, EngineConfig
+    from app.cpu_check import apply
+    apply("auto")   # without the CPU extra buffer types where they crash here
     from speculators.llama import Model
     model = Model(model_path)
     rows = []

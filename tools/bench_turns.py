@@ -62,6 +62,8 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="also play the chat with prefix reuse off")
     a = ap.parse_args()
     from speculators.engine import Engine, EngineConfig
+    from app.cpu_check import apply
+    apply("auto")   # without the CPU extra buffer types where they crash here
     from speculators.params import SpecParams
 
     runs = [("prefix reuse", True)] + ([("no reuse", False)] if a.full else [])

@@ -46,6 +46,9 @@ def native_run(bin_dir: Path, model: str, spec_type: str, prompt: str, n: int, t
         cmd += ["--spec-type", spec_type]
     if draft_model:
         cmd += ["-md", draft_model]
+    from speculators.llama import extra_bufts
+    if not extra_bufts():
+        cmd += ["--no-repack"]   # as draftlight loads its models on this CPU (see app.cpu_check)
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
@@ -80,10 +83,12 @@ def main() -> int:
     tool = _tool()
     if not tool.built():
         raise SystemExit(f"native llama.cpp not built ({tool.bin_dir()}): python tools/native.py build")
+    from app.cpu_check import apply
     from speculators.engine import Engine, EngineConfig
     from speculators.params import SpecParams
     from speculators.sampling import SamplingParams
 
+    apply("auto")   # both sides load without the CPU's extra buffer types where they crash here
     prompt = Path(a.prompt_file).read_text() if a.prompt_file else (
         "The lighthouse keeper climbed the hundred and twelve steps every evening at dusk. "
         "Repeat the sentence above exactly.\n\n")
