@@ -75,5 +75,20 @@ def run(args: argparse.Namespace) -> int:
     _debug_dump_on_signal()
     from .ui.app import DraftlightApp
     app = DraftlightApp(cfg, persist_config=not args.no_config, saved_config=saved)
+    _quit_on_signals(app)
     code = app.run()
     return int(code or 0)
+
+
+def _quit_on_signals(app) -> None:
+    """SIGTERM or SIGHUP (a closed terminal window, ``kill``) end the app as Ctrl+Q does: the
+    reply is saved as stopped, the runner ends, and the terminal is restored."""
+    import signal
+
+    def handler(signum, _frame) -> None:
+        app.exit(result=128 + signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, handler)

@@ -223,7 +223,15 @@ class RunnerEngine:
         self.starts = 0
         #: the last crash (its message), for the UI
         self.last_crash: str | None = None
-        self._start(progress)
+        with self._lock:
+            try:
+                self._start(progress)
+            except BaseException:
+                # the first load failed (a bad model, a crash): nothing to restart, nothing left running
+                self.closed = True
+                self._reported = self._proc
+                self._kill()
+                raise
 
     # -- what the UI may read ----------------------------------------------------------
     @property
@@ -484,6 +492,7 @@ class RunnerEngine:
                     yield ev
             except _StuckAfterCancel:
                 # stopped, but stuck in native code: kill it; the reply ends as stopped with what it had
+                self._reported = self._proc
                 self._kill()
                 stats = last_stats or GenerationStats(n_prompt=len(prompt))
                 stats.n_generated = len(tokens)

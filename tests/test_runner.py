@@ -211,3 +211,21 @@ def test_telling_lines_leave_out_pythons_stack_dump():
              "Current thread 0x00007f (most recent call first):", '  File "x.py", line 3 in f',
              "ggml_backend_amx_mul_mat: oops"]
     assert telling_lines(lines, 2) == ["llama_model_load: loaded", "ggml_backend_amx_mul_mat: oops"]
+
+
+def test_a_model_that_cannot_load_is_a_clear_error_and_leaves_no_runner(tmp_path):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\0" * 4000)
+    cfg = config_mod.Config()
+    cfg.model = ModelOptions(model=str(junk), ctx_size=256)
+    q: queue.Queue = queue.Queue()
+    s = ChatSession(cfg, post=q.put, history=History(tmp_path / "h.sqlite3"), persist_config=False)
+    before = set(_children(os.getpid()))
+    s.load()
+    drain(s, q, lambda: s.load_error is not None or s.engine is not None, timeout=60)
+    assert s.engine is None and "damaged GGUF header" in s.load_error and "Traceback" not in s.load_error
+    deadline = time.monotonic() + 10
+    while set(_children(os.getpid())) - before:
+        assert time.monotonic() < deadline, "a runner was left running"
+        time.sleep(0.05)
+    s.close()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The engine through the runner process against the engine in this process, side by side.
 
-    python tools/bench_runner.py [-m MODEL] [-f PROMPTS] [--spec-type LIST] [-n 128] [--rounds 3]
+    python tools/bench_runner.py [-m MODEL] [-f bench/prompts.txt] [--spec-type LIST] [-n 128] [--rounds 3]
 
 Both are loaded once, from the same model and settings; each prompt runs on one then the
 other, alternating which goes first, for ``--rounds`` rounds. Timed here, in the caller, as the
@@ -63,7 +63,7 @@ def timed(engine, prompt_tokens, n: int, stop) -> tuple[float, float, int, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", help="GGUF model (default: the embedded default model)")
-    ap.add_argument("-f", "--prompts", help="a file with one prompt per line")
+    ap.add_argument("-f", "--prompts", help="a prompt file as bench reads it (prompts between '---' lines)")
     ap.add_argument("--spec-type", action="append", default=None,
                     help="configurations to compare (repeatable; default: none, auto, ngram-mod)")
     ap.add_argument("-n", type=int, default=128)
@@ -77,8 +77,8 @@ def main() -> int:
     from app.runtime import load_chat_engine
     from speculators.params import SpecParams
 
-    prompts = ([l for l in Path(a.prompts).read_text().splitlines() if l.strip()] if a.prompts
-               else DEFAULT_PROMPTS)
+    from app.cmd_bench import _read_prompts
+    prompts = _read_prompts([], [a.prompts]) if a.prompts else DEFAULT_PROMPTS
     opts = ModelOptions(model=a.model, ctx_size=a.ctx_size, threads=a.threads)
     configs = a.spec_type or ["none", "auto", "ngram-mod"]
     first = SpecParams.from_types(configs[0]) if configs[0] != "none" else SpecParams()
