@@ -97,10 +97,7 @@ def _cpu_extra_bufts() -> dict:
     from . import cpu_check
     from . import config as config_mod
     info = cpu_check.summary()
-    try:
-        mode = config_mod.load().model.extra_bufts
-    except Exception:
-        mode = "auto"
+    mode = config_mod.load_lenient().config.model.extra_bufts
     info["mode"] = mode
     ans = info["answer"]
     if mode != "auto":
@@ -271,12 +268,11 @@ def _config() -> dict:
     out: dict[str, Any] = {"path": str(path), "exists": path.exists()}
     if not path.exists():
         return out
-    try:
-        from . import config as config_mod
-        cfg = config_mod.load()
-    except Exception as e:
-        out["error"] = f"{type(e).__name__}: {e}"
-        return out
+    from . import config as config_mod
+    loaded = config_mod.load_lenient(path)
+    if loaded.damaged:
+        out["problems"] = loaded.problems
+    cfg = loaded.config
     m = cfg.model
     out["model"] = {k: getattr(m, k, None) for k in ("model", "ctx_size", "threads", "n_gpu_layers")}
     return out
@@ -444,6 +440,8 @@ def format_text(r: dict) -> str:
             note = "exists" if cf.get("exists") else "not created (defaults in use)"
             if cf.get("error"):
                 note = f"INVALID: {cf['error']}"
+            elif cf.get("problems"):
+                note = "HAS PROBLEMS (their defaults are used): " + "; ".join(cf["problems"])
             row("config file", f"{cf['path']}  [{note}]")
             for k, v in (cf.get("model") or {}).items():
                 if v is not None:

@@ -63,10 +63,13 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from .cli import CliError
-    try:
-        cfg = config_mod.Config() if args.no_config else config_mod.load()
-    except config_mod.ConfigError as e:
-        raise CliError(str(e)) from None
+    if args.no_config:
+        cfg = config_mod.Config()
+    else:
+        loaded = config_mod.load_lenient()
+        cfg = loaded.config
+        if loaded.damaged:
+            print(f"draftlight: warning: {loaded.notice()}", file=sys.stderr)
     text = read_prompt(args)
     # no --spec-type and no types in config.toml: auto
     spec = default_spec(args, cfg.spec, from_file=not args.no_config and spec_types_configured())

@@ -154,6 +154,120 @@ def load(path: Path | None = None) -> Config:
         raise ConfigError(f"{path}: {e}") from None
 
 
+@dataclass
+class Loaded:
+    """config.toml as far as it could be read: the settings, and what was wrong with the file.
+
+    ``problems`` is empty for a good (or missing) file. Where it is not, the settings are
+    the defaults for whatever could not be read, and the file must not be written over
+    (``damaged``): the person's own text stays as it is until they fix it.
+    """
+
+    config: Config
+    problems: list[str] = field(default_factory=list)
+    path: Path | None = None
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.problems)
+
+    def notice(self) -> str:
+        """One message for people: what is wrong, what is used instead, how to fix it."""
+        return (f"config.toml has problems ({self.path}): " + "; ".join(self.problems)
+                + ". Those settings use their defaults for now and the file is left as it is (settings "
+                  "changed in the app are not saved until it is fixed); fix it in an editor, or start "
+                  "with --no-config.")
+
+
+def _leaves(data: dict, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(key path, value) of every setting in ``data``; a table of speculation parameters or
+    ``[ui]`` counts key by key, a list (``types``) as one value."""
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.extend(_leaves(v, prefix + (k,)))
+        else:
+            out.append((prefix + (k,), v))
+    return out
+
+
+def _with(data: dict, key: tuple[str, ...], value: Any) -> dict:
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    cur = out
+    for part in key[:-1]:
+        nxt = cur.get(part)
+        nxt = _copy_tree(nxt) if isinstance(nxt, dict) else {}
+        cur[part] = nxt
+        cur = nxt
+    cur[key[-1]] = value
+    return out
+
+
+def _copy_tree(d: dict) -> dict:
+    return {k: _copy_tree(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def _plain(why: str) -> str:
+    """Python's conversion errors, said for people."""
+    if why.startswith("invalid literal for int()"):
+        return "expected a whole number"
+    if why.startswith("could not convert string to float"):
+        return "expected a number"
+    return why
+
+
+def load_lenient(path: Path | None = None) -> Loaded:
+    """Read the config, starting on the defaults for whatever cannot be read (never raises).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "config.toml"
+    >>> _ = p.write_text('max_tokens = 64\n[model]\nctx_size = "big"\n')
+    >>> got = load_lenient(p)
+    >>> got.config.max_tokens, got.config.model.ctx_size, got.damaged
+    (64, 4096, True)
+    >>> got.problems
+    ["model.ctx_size = 'big': expected a whole number"]
+    """
+    path = path or paths.config_file()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Loaded(Config(), [], path)
+    except OSError as e:
+        return Loaded(Config(), [f"it cannot be read ({e.strerror or e})"], path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        return Loaded(Config(), [f"line {line} is not UTF-8 text (byte 0x{raw[e.start]:02x}), so none of it "
+                                 f"was read"], path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        return Loaded(Config(), [f"it is not valid TOML ({e}), so none of it was read"], path)
+    try:
+        return Loaded(Config.from_toml_dict(data), [], path)
+    except ConfigError:
+        pass
+    # keep every setting that is fine on its own with the ones kept before it; name the others
+    good: dict = {}
+    problems: list[str] = []
+    for key, value in _leaves(data):
+        trial = _with(good, key, value)
+        try:
+            Config.from_toml_dict(trial)
+        except ConfigError as e:
+            why = _plain(str(e).removeprefix("bad value in config: "))
+            problems.append(f"{'.'.join(key)} = {value!r}: {why}")
+            continue
+        good = trial
+    try:
+        cfg = Config.from_toml_dict(good)
+    except ConfigError as e:  # pragma: no cover - every kept key was checked
+        return Loaded(Config(), [str(e)], path)
+    return Loaded(cfg, problems or ["a setting could not be read"], path)
+
+
 def save(config: Config, path: Path | None = None) -> Path:
     path = path or paths.config_file()
     atomic_write_bytes(path, tomli_w.dumps(config.to_toml_dict()).encode("utf-8"))

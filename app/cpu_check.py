@@ -37,6 +37,9 @@ from typing import Callable
 
 MODES = ("auto", "on", "off")
 
+#: "on" or "off": the answer for this process and its children, no probe (a parent that probed
+#: already, e.g. the test suite, passes it on)
+ENV = "DRAFTLIGHT_EXTRA_BUFTS"
 #: tests: the probe child kills itself with this signal instead of decoding ("segv", "abrt")
 SIMULATE_ENV = "DRAFTLIGHT_PROBE_SIMULATE"
 
@@ -178,6 +181,9 @@ def decide(mode: str = "auto", model_path: str | None = None,
         return Decision(True, "forced on")
     if mode == "off":
         return Decision(False, "forced off")
+    env = os.environ.get(ENV, "").strip().lower()
+    if env in ("on", "off"):
+        return Decision(env == "on", f"set by {ENV}")
     k = key()
     entry = cached(k)
     if entry is not None:

@@ -64,8 +64,16 @@ def cpu_extra_bufts(default_model_path):
     from speculators.llama import set_extra_bufts
     result = cpu_check.probe(str(default_model_path))
     set_extra_bufts(result.ok)
+    # the app's own processes started by tests (generate, the chat's runner) use the same answer
+    # instead of probing again in each test's fresh cache folder
+    saved = os.environ.get(cpu_check.ENV)
+    os.environ[cpu_check.ENV] = "on" if result.ok else "off"
     yield result
     set_extra_bufts(True)
+    if saved is None:
+        os.environ.pop(cpu_check.ENV, None)
+    else:
+        os.environ[cpu_check.ENV] = saved
 
 
 def _quantized(pytestconfig, src: Path, name: str, ftype: int) -> Path:

@@ -10,10 +10,19 @@ from app import cpu_check
 from app.options import ModelOptions
 
 
+@pytest.fixture(autouse=True)
+def probe_for_real(monkeypatch):
+    """These tests look at the probe itself, not at the suite's shared answer."""
+    monkeypatch.delenv(cpu_check.ENV, raising=False)
+
+
 def test_forced_modes_need_no_probe(monkeypatch):
     monkeypatch.setattr(cpu_check, "probe", lambda *a, **k: pytest.fail("probed"))
     assert cpu_check.decide("on").use is True
     assert cpu_check.decide("off").use is False
+    monkeypatch.setenv(cpu_check.ENV, "off")
+    assert (cpu_check.decide("auto").use, cpu_check.decide("auto").source) == (False, f"set by {cpu_check.ENV}")
+    assert cpu_check.decide("on").use is True        # the flag wins over the environment
     with pytest.raises(ValueError):
         cpu_check.decide("maybe")
 

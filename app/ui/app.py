@@ -153,8 +153,10 @@ class DraftlightApp(App[int]):
                  engine_factory: sess.EngineFactory | None = None,
                  history: History | None = None, user_themes_dir: Path | None = None,
                  persist_config: bool = True, saved_config: config_mod.Config | None = None,
-                 lookup_root: str | None = None):
+                 lookup_root: str | None = None, notices: list[str] | None = None):
         super().__init__()
+        #: warnings to show once the app is up (a damaged config.toml, ...)
+        self.notices = list(notices or [])
         self.session = ChatSession(config, post=self._post_event, engine_factory=engine_factory,
                                    history=history, open_history=False, saved_config=saved_config,
                                    persist_config=persist_config, lookup_root=lookup_root)
@@ -246,6 +248,8 @@ class DraftlightApp(App[int]):
             self.notify(f"theme skipped: {err}", severity="warning", timeout=10)
         if s.history_error:
             self.notify(f"{s.history_error} — chats will not be saved", severity="error", timeout=15)
+        for notice in self.notices:
+            self.notify(notice, severity="warning", timeout=30)
         stats = self.query_one(StatsPanel)
         stats.display = bool(self.config.ui_get("stats_panel"))
         self._refresh_stats()
