@@ -58,10 +58,10 @@ def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
     cfg = engine_config(opts, progress)
     if build_chain:
         return Engine(path, cfg, spec)
-    if spec is not None:
-        from speculators.auto import target_has_mtp
-        from speculators.types import SpecType
-        cfg.load_mtp = SpecType.DRAFT_MTP in spec.types or (spec.is_auto and target_has_mtp(path))
+    # the chain comes later, but the model and its context are made as ``spec`` needs them
+    from speculators.engine import load_plan
+    plan = load_plan(path, spec)
+    cfg.load_mtp, cfg.n_rs_seq = plan.load_mtp, plan.n_rs_seq
     return Engine(path, cfg, SpecParams())
 
 

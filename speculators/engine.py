@@ -88,6 +88,41 @@ class Request:
     stop: Sequence[str] = ()
 
 
+@dataclass
+class LoadPlan:
+    """How a target is loaded for a speculation spec (the chain may be built later).
+
+    ``load_mtp``: load the target's NextN/MTP layers (draft-mtp is asked for, or
+    ``auto`` on a target that has them). ``n_rs_seq``: recurrent-state snapshots per
+    sequence, so that a hybrid/recurrent target rolls a rejected draft back without a
+    checkpoint and replay, as llama-server sizes them (the draft length, when the spec
+    uses a hidden-state type or is ``auto`` with MTP layers; else 0).
+    """
+
+    load_mtp: bool
+    n_rs_seq: int
+
+
+def load_plan(model_path: str, spec: SpecParams | None, load_mtp: bool | None = None) -> LoadPlan:
+    """The one place the load plan is worked out (:class:`Engine`, the app's runtime, the tools).
+
+    >>> load_plan("any.gguf", None)
+    LoadPlan(load_mtp=False, n_rs_seq=0)
+    >>> load_plan("any.gguf", SpecParams.from_types("draft-mtp"))
+    LoadPlan(load_mtp=True, n_rs_seq=3)
+    """
+    if spec is None:
+        return LoadPlan(bool(load_mtp), 0)
+    if load_mtp is None:
+        load_mtp = SpecType.DRAFT_MTP in spec.types
+        if spec.is_auto:
+            from .auto import target_has_mtp
+            load_mtp = target_has_mtp(model_path)
+    hidden = any(t in HIDDEN_STATE_TYPES for t in spec.types)
+    n_rs = spec.draft.n_max if (hidden or (spec.is_auto and load_mtp)) else 0
+    return LoadPlan(bool(load_mtp), int(n_rs))
+
+
 class Engine:
     """A target model, its context, and the speculator chain."""
 
@@ -95,17 +130,12 @@ class Engine:
                  spec: SpecParams | None = None, model: Model | None = None):
         self.config = config or EngineConfig()
         c = self.config
-        load_mtp = c.load_mtp
-        if load_mtp is None:
-            load_mtp = spec is not None and SpecType.DRAFT_MTP in spec.types
-            if spec is not None and spec.is_auto:
-                from .auto import target_has_mtp
-                load_mtp = target_has_mtp(model_path)
+        plan = load_plan(model_path, spec)
+        load_mtp = plan.load_mtp if c.load_mtp is None else c.load_mtp
         self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers, load_mtp=load_mtp)
         n_rs = c.n_rs_seq
         if n_rs is None:
-            hidden = spec is not None and any(t in HIDDEN_STATE_TYPES for t in spec.types)
-            n_rs = spec.draft.n_max if spec is not None and (hidden or (spec.is_auto and load_mtp)) else 0
+            n_rs = load_plan(model_path, spec, load_mtp).n_rs_seq
         if not (self.model.is_recurrent or self.model.is_hybrid):
             n_rs = 0
         self.ctx = Context(self.model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads,

@@ -53,6 +53,33 @@ def mtp_engine(qwen35_mtp_path):
     eng.close()
 
 
+def test_the_chats_engine_on_a_hybrid_gets_the_load_plan_and_rolls_back_from_snapshots(qwen35_mtp_path):
+    """The chat loads its model before it builds the chain (app.runtime.load_chat_engine, which
+    the runner process calls): the model and context are still made for the spec, as bench and
+    llama-server make them, so draft-mtp rolls back from recurrent-state snapshots."""
+    from app.options import ModelOptions
+    from app.runtime import load_chat_engine
+    spec = _mtp_spec()
+    eng = load_chat_engine(ModelOptions(model=str(qwen35_mtp_path), ctx_size=512, threads=1), spec)
+    try:
+        assert eng.chain is not None and not eng.chain.speculators    # no chain yet
+        assert eng.model.load_mtp and eng.seq_rm_type == "rs" and eng.n_rs_seq == spec.draft.n_max
+        eng.set_spec(spec)
+        calls = {"get": 0, "set": 0}
+        real_get, real_set = eng.ctx.state_get, eng.ctx.state_set
+        eng.ctx.state_get = lambda *a, **k: (calls.__setitem__("get", calls["get"] + 1), real_get(*a, **k))[1]
+        eng.ctx.state_set = lambda *a, **k: (calls.__setitem__("set", calls["set"] + 1), real_set(*a, **k))[1]
+        eng.config.reuse_prefix = False
+        drafted = accepted = 0
+        for text in MTP_PROMPTS:
+            r = _run(eng, eng.model.tokenize(text))
+            drafted, accepted = drafted + r.stats.n_drafted, accepted + r.stats.n_accepted
+        assert drafted > accepted > 0                  # drafts were rolled back ...
+        assert calls == {"get": 0, "set": 0}           # ... from snapshots, not checkpoints
+    finally:
+        eng.close()
+
+
 def test_mtp_on_a_hybrid_rolls_back_from_state_snapshots(qwen35_mtp_path, mtp_engine):
     """Made with draft-mtp, a hybrid target keeps draft.n_max recurrent-state snapshots as
     llama-server gives it: a rejected draft is rolled back without a checkpoint or a replay,
