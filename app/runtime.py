@@ -72,6 +72,29 @@ def load_chat_engine(model_options: ModelOptions, spec: SpecParams,
     return open_engine(model_options, spec, progress, build_chain=False)
 
 
+#: the types that draft from the configured draft model (``-md``)
+DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+
+
+def draft_model_warning(spec: SpecParams | None, auto_plan) -> str | None:
+    """Under Automatic, why the configured draft model is not used (None: it is, or none is set).
+
+    >>> from speculators.params import SpecParams
+    >>> from speculators.auto import AutoChoice
+    >>> s = SpecParams.auto(); s.draft.model = "/m/small.gguf"
+    >>> draft_model_warning(s, [AutoChoice("draft-simple", False, "the draft model small.gguf cannot be read")])
+    'the draft model /m/small.gguf is not used: the draft model small.gguf cannot be read; Automatic goes on without it'
+    """
+    path = spec.draft.model if spec is not None else None
+    if not path or not spec.is_auto or not auto_plan:
+        return None
+    choices = {c.name: c for c in auto_plan}
+    if any(choices[t].used for t in DRAFT_MODEL_TYPES if t in choices):
+        return None
+    why = choices["draft-simple"].reason if "draft-simple" in choices else "no drafter can use it"
+    return f"the draft model {path} is not used: {why}; Automatic goes on without it"
+
+
 def stderr_progress(done: int, total: int, phase: str) -> None:
     """A one-line progress bar on stderr (for the first run's model assembly)."""
     if phase == "probe":

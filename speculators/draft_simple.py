@@ -101,7 +101,11 @@ def acquire_draft_model(path: str, n_gpu_layers: int = -1) -> Model:
     with _cache_lock:
         e = _cache.get(key)
         if e is None or not getattr(e.model, "ptr", None):
-            e = _Entry(Model(os.path.expanduser(path), n_gpu_layers=n_gpu_layers))
+            try:
+                m = Model(os.path.expanduser(path), n_gpu_layers=n_gpu_layers)
+            except ModelError as err:
+                raise ModelError(f"the draft model cannot be used: {err}") from None
+            e = _Entry(m)
             _cache[key] = e
         e.users += 1
         _tick += 1

@@ -365,6 +365,7 @@ class DraftlightApp(App[int]):
             self.notify(f"Speculation not changed: {ev.spec_error}", severity="error", timeout=8)
         for name, why in self.session.skipped.items():
             self.notify(f"{name} is off: {why}", severity="warning", timeout=8)
+        self._notify_unused_draft_model()
         engine = self.session.engine
         if getattr(engine, "spec", None) is not None and \
                 engine.spec.to_dict() != self.config.spec.to_dict() and not self._spec_retry and not ev.spec_error:
@@ -390,6 +391,15 @@ class DraftlightApp(App[int]):
         self.call_after_refresh(lambda: conv.scroll_to_widget(panel, animate=False, top=True))
         self.refresh_bindings()
 
+    def _notify_unused_draft_model(self) -> None:
+        """Automatic with a draft model it cannot use: say so (once per reason), in place."""
+        from ..runtime import draft_model_warning
+        engine = self.session.engine
+        msg = draft_model_warning(getattr(engine, "spec", None), getattr(engine, "auto_plan", None))
+        if msg and msg != getattr(self, "_draft_warned", None):
+            self.notify(msg[0].upper() + msg[1:], severity="warning", timeout=12)
+        self._draft_warned = msg
+
     def _ui_SpecApplied(self, ev: sess.SpecApplied) -> None:
         # the new chain lives until the next change: keep it out of the collector's scans too
         gc.collect()
@@ -401,6 +411,7 @@ class DraftlightApp(App[int]):
             self.notify(f"Speculation: {', '.join(types) if types else 'off'}", timeout=3)
             for name, why in ev.skipped.items():
                 self.notify(f"{name} is off: {why}", severity="warning", timeout=8)
+            self._notify_unused_draft_model()
         for w in ev.warnings:
             self.notify(w, severity="warning", timeout=10)
         if self.session.job is None:
