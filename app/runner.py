@@ -218,6 +218,9 @@ class RunnerEngine:
         self._crashes: list[tuple] = []          # signatures of crashes since the last good call
         self._gave_up: RunnerGaveUp | None = None
         self._restart_thread: threading.Thread | None = None
+        self._last_spec: Any = None              # the last speculation set (restored on a restart)
+        self._result: tuple = (None, None)       # (value, snapshot) of the last request
+        self._reported: subprocess.Popen | None = None   # the runner whose death a caller was told of
         self.closed = False
         #: how often the runner was started (1: the first load)
         self.starts = 0
@@ -312,13 +315,15 @@ class RunnerEngine:
     def _start(self, progress: Progress | None) -> None:
         """Start a runner and load the model in it (and restore the speculation of the last one)."""
         self._spawn()
-        self._snap = self._call_raw(("load", self.model_options, self.load_spec), progress=progress)[1]
+        try:
+            self._snap = self._call_raw(("load", self.model_options, self.load_spec), progress=progress)[1]
+        except BaseException:
+            self._kill()      # a runner without a model is of no use: the next request starts another
+            raise
         if self._store_spec is not None:
             self._call_raw(("call", "open_store", (self._store_spec, self.lookup_root), {}))
         if self._snap is not None and self._last_spec is not None:
             self._call_raw(("call", "set_spec", (self._last_spec, self._store_spec is not None), {}))
-
-    _last_spec: Any = None
 
     def _kill(self) -> None:
         proc = self._proc
@@ -369,8 +374,10 @@ class RunnerEngine:
                     return
                 if wait_for is not None and self._proc is wait_for and self._reported is not wait_for:
                     self.last_crash = f"the model runner stopped between replies ({_signal_text(wait_for.returncode)})"
-                with contextlib.suppress(RunnerError, OSError):
+                try:
                     self._start(None)
+                except Exception as e:   # a thread of its own: say it at the next request, never here
+                    self.last_crash = f"the model runner could not be started again: {describe(e)}"
         t = threading.Thread(target=restart, name="draftlight-runner-restart", daemon=True)
         self._restart_thread = t
         t.start()
@@ -438,8 +445,6 @@ class RunnerEngine:
                     self._snap = reply[2]
                 raise reply[1]
 
-    _result: tuple = (None, None)
-    _reported: subprocess.Popen | None = None   # the runner whose death was reported to a caller
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:

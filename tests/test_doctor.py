@@ -118,9 +118,9 @@ def test_doctor_reports_a_broken_config_and_still_succeeds(private_dirs, capsys)
     paths.config_file().write_text("[model\nthreads = ")
     assert main(["doctor", "--json"]) == 0
     cfg = json.loads(capsys.readouterr().out)["config"]
-    assert cfg["exists"] is True and "error" in cfg
+    assert cfg["exists"] is True and "not valid TOML" in cfg["problems"][0]
     assert main(["doctor"]) == 0
-    assert "INVALID" in capsys.readouterr().out
+    assert "HAS PROBLEMS" in capsys.readouterr().out
 
 
 def test_config_overrides_are_shown(private_dirs, capsys):
