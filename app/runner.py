@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import os
 import queue
 import signal
@@ -129,12 +128,12 @@ class EngineSnapshot:
     spec: Any                      # SpecParams
     ctx: ContextInfo
     template: TemplateInfo
-    #: the CPU extra-buffer-type decision, as a line for people
-    extra_bufts: str = ""
+    #: whether the model was loaded with the CPU's extra buffer types (see app.cpu_check)
+    extra_bufts: bool = True
     pid: int = 0
 
 
-def snapshot(engine: Any, decision: str = "") -> EngineSnapshot:
+def snapshot(engine: Any) -> EngineSnapshot:
     """The runner side: what the UI may know of ``engine`` now."""
     m = engine.model
     chain = engine.chain
@@ -154,7 +153,7 @@ def snapshot(engine: Any, decision: str = "") -> EngineSnapshot:
                         getattr(ctx, "n_threads", None) or getattr(cfg, "n_threads", None),
                         int(getattr(cfg, "n_gpu_layers", 0) or 0)),
         template=TemplateInfo(tuple(getattr(getattr(engine, "template", None), "stop_strings", ()) or ())),
-        extra_bufts=decision, pid=os.getpid())
+        extra_bufts=bool(getattr(m, "use_extra_bufts", True)), pid=os.getpid())
 
 
 # ---------------------------------------------------------------------------
@@ -217,7 +216,6 @@ class RunnerEngine:
         self._store_spec: Any = None             # the spec the lookup store was opened for
         self._crashes: list[tuple] = []          # signatures of crashes since the last good call
         self._gave_up: RunnerGaveUp | None = None
-        self._restart_thread: threading.Thread | None = None
         self._last_spec: Any = None              # the last speculation set (restored on a restart)
         self._result: tuple = (None, None)       # (value, snapshot) of the last request
         self._reported: subprocess.Popen | None = None   # the runner whose death a caller was told of
@@ -266,19 +264,12 @@ class RunnerEngine:
         return self._snap.chain.auto_plan
 
     @property
-    def snapshot(self) -> EngineSnapshot:
-        return self._snap
-
-    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
-
-    def log_tail(self, n: int = 20) -> list[str]:
-        return [line for _, line in list(self._log)[-n:]]
 
     # -- the process -----------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -379,7 +370,6 @@ class RunnerEngine:
                 except Exception as e:   # a thread of its own: say it at the next request, never here
                     self.last_crash = f"the model runner could not be started again: {describe(e)}"
         t = threading.Thread(target=restart, name="draftlight-runner-restart", daemon=True)
-        self._restart_thread = t
         t.start()
 
     def _ensure(self) -> None:
@@ -599,7 +589,6 @@ class _Runner:
         self.cancel = threading.Event()
         self.engine: Any = None
         self.store: Any = None
-        self.decision = ""
         crash = os.environ.get(CRASH_ENV, "")
         self.crash_sig, _, n = crash.partition(":")
         self.crash_after = int(n or 0) if crash else None
@@ -625,7 +614,7 @@ class _Runner:
                 self.inbox.put(msg)
 
     def snap(self) -> EngineSnapshot | None:
-        return snapshot(self.engine, self.decision) if self.engine is not None else None
+        return snapshot(self.engine) if self.engine is not None else None
 
     def serve(self) -> None:
         threading.Thread(target=self.read, name="runner-read", daemon=True).start()
@@ -661,13 +650,7 @@ class _Runner:
     # -- requests --------------------------------------------------------------------
     def load(self, model_options: Any, spec: Any) -> None:
         from .runtime import load_chat_engine
-        from speculators.llama import extra_bufts
         self.engine = load_chat_engine(model_options, spec, self.progress)
-        from .cpu_check import decide
-        with contextlib.suppress(Exception):
-            self.decision = decide(getattr(model_options, "extra_bufts", "auto") or "auto").line()
-        if not self.decision:
-            self.decision = f"CPU extra buffer types: {'on' if extra_bufts() else 'off'}"
 
     def do_set_spec(self, spec: Any, with_store: bool) -> None:
         res = self.store.resources() if with_store and self.store is not None else None

@@ -92,12 +92,6 @@ def default_engine_factory(model_options: ModelOptions, spec: SpecParams, progre
     return RunnerEngine(model_options, spec, progress)
 
 
-def in_process_engine_factory(model_options: ModelOptions, spec: SpecParams, progress: Progress) -> ChatEngine:
-    """The real engine in the chat's own process (benchmarks compare the two)."""
-    from .runtime import load_chat_engine
-    return load_chat_engine(model_options, spec, progress)
-
-
 def uses_lookup_caches(spec: SpecParams) -> bool:
     """ngram-cache is asked for, by name or under ``auto``."""
     from speculators.auto import uses_type

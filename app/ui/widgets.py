@@ -806,8 +806,7 @@ class LoadPanel(Vertical):
         self.remove_class("-error")
         title = {"assemble": "Preparing the default model (first run)…",
                  "verify": "Checking the default model…",
-                 "probe": "Checking once which llama.cpp CPU kernels work here…",
-                 "restart": "The model runner stopped: starting it again…"}.get(phase, "Loading the model…")
+                 "probe": "Checking once which llama.cpp CPU kernels work here…"}.get(phase, "Loading the model…")
         self.query_one("#load-title", Static).update(title)
         bar = self.query_one("#load-bar", ProgressBar)
         if total > 0:
