@@ -28,15 +28,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_args(p)
 
 
-def _load_config(args: argparse.Namespace) -> config_mod.Loaded:
-    """config.toml as far as it can be read (``--no-config``: the defaults); never stops the app."""
-    if getattr(args, "no_config", False):
-        return config_mod.Loaded(config_mod.Config())
-    loaded = config_mod.load_lenient()
-    args._config_loaded = loaded
-    return loaded
-
-
 def build_config(args: argparse.Namespace) -> config_mod.Config:
     """config.toml with the command-line flags on top."""
     return _configs(args)[0]
@@ -44,8 +35,17 @@ def build_config(args: argparse.Namespace) -> config_mod.Config:
 
 def _configs(args: argparse.Namespace) -> tuple[config_mod.Config, config_mod.Config]:
     """(the settings to use: file + flags, the file's own settings)."""
+    cfg, saved, _ = _settings(args)
+    return cfg, saved
+
+
+def _settings(args: argparse.Namespace) -> tuple[config_mod.Config, config_mod.Config, config_mod.Loaded]:
+    """:func:`_configs`, and config.toml as far as it could be read (it never stops the app;
+    ``--no-config``: the defaults)."""
     from .cli import CliError
-    saved = _load_config(args).config
+    loaded = (config_mod.Loaded(config_mod.Config()) if getattr(args, "no_config", False)
+              else config_mod.load_lenient())
+    saved = loaded.config
     cfg = config_mod.Config.from_toml_dict(saved.to_toml_dict())
     cfg.spec = spec_from_args(args, cfg.spec)
     cfg.sampling = sampling_from_args(args, cfg.sampling)
@@ -58,7 +58,7 @@ def _configs(args: argparse.Namespace) -> tuple[config_mod.Config, config_mod.Co
         cfg.system_prompt = args.system
     if getattr(args, "theme", None):
         cfg.ui["theme"] = args.theme
-    return cfg, saved
+    return cfg, saved, loaded
 
 
 def _debug_dump_on_signal() -> None:
@@ -75,25 +75,24 @@ def _debug_dump_on_signal() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .cli import CliError
-    _configs(args)   # a bad flag is said before the terminal is taken over
+    settings = _settings(args)   # a bad flag is said before the terminal is taken over
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         raise CliError("the chat app needs a terminal; for scripts use 'draftlight generate'")
     _debug_dump_on_signal()
-    app = make_app(args)
+    app = make_app(args, settings)
     _quit_on_signals(app)
     code = app.run()
     return int(code or 0)
 
 
-def make_app(args: argparse.Namespace, **kw):
-    """The chat app for these flags and config.toml (``kw``: more for :class:`DraftlightApp`)."""
+def make_app(args: argparse.Namespace, settings=None, **kw):
+    """The chat app for these flags and config.toml (``settings``: :func:`_settings`'s, when
+    already read; ``kw``: more for :class:`DraftlightApp`)."""
     from .ui.app import DraftlightApp
-    cfg, saved = _configs(args)
-    loaded = getattr(args, "_config_loaded", None)
-    damaged = loaded is not None and loaded.damaged
+    cfg, saved, loaded = settings or _settings(args)
     # a damaged file is never written over: the person's own text stays until they fix it
-    return DraftlightApp(cfg, persist_config=not args.no_config and not damaged, saved_config=saved,
-                         notices=[loaded.notice()] if damaged else [], **kw)
+    return DraftlightApp(cfg, persist_config=not args.no_config and not loaded.damaged, saved_config=saved,
+                         notices=[loaded.notice()] if loaded.damaged else [], **kw)
 
 
 def _quit_on_signals(app) -> None:

@@ -134,24 +134,15 @@ class Config:
 
 
 def load(path: Path | None = None) -> Config:
-    """Read the config; a missing file gives the defaults.
+    """Read the config strictly; a missing file gives the defaults.
 
-    A file that does not parse raises :class:`ConfigError` naming the file
-    and the line; the file is left untouched.
+    A file with any problem raises :class:`ConfigError` naming the file and what is
+    wrong (see :func:`load_lenient`, which the app uses); the file is left untouched.
     """
-    path = path or paths.config_file()
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return Config()
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read {path}: {e}") from None
-    try:
-        return Config.from_toml_dict(data)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    got = load_lenient(path)
+    if got.damaged:
+        raise ConfigError(f"{got.path}: " + "; ".join(got.problems))
+    return got.config
 
 
 @dataclass
@@ -192,13 +183,11 @@ def _leaves(data: dict, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, .
 
 
 def _with(data: dict, key: tuple[str, ...], value: Any) -> dict:
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    """A copy of ``data`` with ``value`` set at ``key`` (the tables on the way made as needed)."""
+    out = _copy_tree(data)
     cur = out
     for part in key[:-1]:
-        nxt = cur.get(part)
-        nxt = _copy_tree(nxt) if isinstance(nxt, dict) else {}
-        cur[part] = nxt
-        cur = nxt
+        cur = cur.setdefault(part, {})
     cur[key[-1]] = value
     return out
 
@@ -217,7 +206,7 @@ def _plain(why: str) -> str:
 
 
 def load_lenient(path: Path | None = None) -> Loaded:
-    """Read the config, starting on the defaults for whatever cannot be read (never raises).
+    r"""Read the config, starting on the defaults for whatever cannot be read (never raises).
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "config.toml"

@@ -130,12 +130,9 @@ class Engine:
                  spec: SpecParams | None = None, model: Model | None = None):
         self.config = config or EngineConfig()
         c = self.config
-        plan = load_plan(model_path, spec)
-        load_mtp = plan.load_mtp if c.load_mtp is None else c.load_mtp
-        self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers, load_mtp=load_mtp)
-        n_rs = c.n_rs_seq
-        if n_rs is None:
-            n_rs = load_plan(model_path, spec, load_mtp).n_rs_seq
+        plan = load_plan(model_path, spec, c.load_mtp)
+        self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers, load_mtp=plan.load_mtp)
+        n_rs = plan.n_rs_seq if c.n_rs_seq is None else c.n_rs_seq
         if not (self.model.is_recurrent or self.model.is_hybrid):
             n_rs = 0
         self.ctx = Context(self.model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads,
