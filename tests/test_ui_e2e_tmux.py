@@ -135,14 +135,23 @@ def test_chat_streams_a_reply_with_coloured_ngram_mod_drafts_and_quits(tmux, tmp
     tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
 
 
-def test_killed_mid_reply_the_chat_is_intact_after_a_restart(tmux, tmp_path, default_model_path):
-    pidfile = tmp_path / "pid"
-    tmux.start(_args(default_model_path, "-n", "3000"), pidfile)
+#: greedy, the default model counts on and on: a reply that is still streaming when a test kills something
+COUNT_PROMPT = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
+
+
+def start_a_long_reply(tmux, model: Path, pidfile: Path) -> str:
+    """Start the app, send COUNT_PROMPT and wait until the reply streams; returns the prompt."""
+    tmux.start(_args(model, "-n", "3000"), pidfile)
     tmux.wait_for(r"ready\s*$")
-    prompt = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"  # greedy: it counts on and on
-    tmux.keys(prompt, literal=True)
+    tmux.keys(COUNT_PROMPT, literal=True)
     tmux.keys("Enter")
     tmux.wait_for(r"\d+ tok · .*drafted")
+    return COUNT_PROMPT
+
+
+def test_killed_mid_reply_the_chat_is_intact_after_a_restart(tmux, tmp_path, default_model_path):
+    pidfile = tmp_path / "pid"
+    prompt = start_a_long_reply(tmux, default_model_path, pidfile)
     time.sleep(1.5)  # the streaming reply is saved twice a second
     pid = int(pidfile.read_text())
     os.kill(pid, 9)
@@ -256,12 +265,7 @@ def test_the_runner_crashing_mid_reply_leaves_the_chat_running(tmux, tmp_path, d
     """A segmentation fault in the engine: the chat says so in place, keeps the reply, answers the next."""
     import signal
     pidfile = tmp_path / "pid"
-    tmux.start(_args(default_model_path, "-n", "3000"), pidfile)
-    tmux.wait_for(r"ready\s*$")
-    prompt = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"   # greedy: it counts on and on
-    tmux.keys(prompt, literal=True)
-    tmux.keys("Enter")
-    tmux.wait_for(r"\d+ tok · .*drafted")
+    start_a_long_reply(tmux, default_model_path, pidfile)
     app_pid = int(pidfile.read_text())
     runner = _runner_pid(app_pid)
     os.kill(runner, signal.SIGSEGV)
