@@ -9,7 +9,10 @@ the headless commands stay quick.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+import time
 
 from . import config as config_mod
 from .options import (add_model_args, add_sampling_args, add_spec_args, model_options_from_args,
@@ -95,13 +98,36 @@ def make_app(args: argparse.Namespace, settings=None, **kw):
                          notices=[loaded.notice()] if loaded.damaged else [], **kw)
 
 
-def _quit_on_signals(app) -> None:
+#: how long a SIGTERM/SIGHUP waits for the app's own shutdown before the process ends anyway
+EXIT_GRACE_S = 10.0
+
+
+def _quit_on_signals(app, grace_s: float | None = None) -> None:
     """SIGTERM or SIGHUP (a closed terminal window, ``kill``) end the app as Ctrl+Q does: the
-    reply is saved as stopped, the runner ends, and the terminal is restored."""
+    reply is saved as stopped, the runner ends, and the terminal is restored.
+
+    Where the terminal is gone (SIGHUP), Textual's shutdown can wait forever to write the
+    codes that restore it (seen: its writer thread's queue full, nobody to take the output).
+    So the signal also starts a watchdog: if the process is still here ``grace_s`` later, the
+    session is closed (the reply saved, the runner ended) and the process exits with the
+    signal's code."""
     import signal
+    import threading
+    grace = EXIT_GRACE_S if grace_s is None else grace_s
+    fired: list[int] = []
+
+    def watchdog(code: int) -> None:
+        time.sleep(grace)
+        with contextlib.suppress(Exception):
+            app.session.close()
+        os._exit(code)
 
     def handler(signum, _frame) -> None:
         app.exit(result=128 + signum)
+        if not fired:
+            fired.append(signum)
+            threading.Thread(target=watchdog, args=(128 + signum,), name="draftlight-exit-watchdog",
+                             daemon=True).start()
 
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)

@@ -135,16 +135,14 @@ class SpecApplied:
 
 
 @dataclass
-class TokensAdded:
-    """New tokens are in ``turn.tokens`` (read them with :meth:`ChatSession.new_tokens`)."""
+class ReplyProgress:
+    """The reply moved on: new tokens are in ``turn.tokens`` (read them with
+    :meth:`ChatSession.new_tokens`) and its live figures are newer. One is on its way at a
+    time: the reply thread posts the next only once the owner has applied this one, so
+    whatever arrives meanwhile coalesces (an owner that applies it later, at its own pace,
+    gets fewer, fuller updates)."""
 
     key: int
-
-
-@dataclass
-class ReplyStats:
-    key: int
-    stats: GenerationStats
 
 
 @dataclass
@@ -188,7 +186,7 @@ class StaticBuilt:
     error: str | None = None
 
 
-SessionEvent = (LoadProgress | EngineReady | EngineFailed | SpecApplied | TokensAdded | ReplyStats
+SessionEvent = (LoadProgress | EngineReady | EngineFailed | SpecApplied | ReplyProgress
                 | ContextTrimmed | ReplyDone | ReplyFailed | LookupSaved | StaticBuildProgress | StaticBuilt)
 
 
@@ -230,8 +228,10 @@ class ReplyJob:
     turn_index: list[int]
     cancel: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    signalled: bool = False                # a TokensAdded is on its way to the owner
-    live: GenerationStats | None = None
+    signalled: bool = False                # a ReplyProgress is on its way to the owner
+    live: GenerationStats | None = None    # the live figures the owner has applied
+    live_next: GenerationStats | None = None   # newer ones, not applied yet
+    n_joined: int = 0                      # tokens already in turn.text
     last_saved: float = field(default_factory=time.perf_counter)
     started: float = field(default_factory=time.perf_counter)
     thread: threading.Thread | None = None
@@ -561,7 +561,7 @@ class ChatSession:
                         if ev.tokens:
                             self._add_tokens(job, ev.tokens)
                     elif isinstance(ev, StatsEvent):
-                        self.post(ReplyStats(key, dataclasses.replace(ev.stats)))
+                        self._add_stats(job, dataclasses.replace(ev.stats))
                     elif isinstance(ev, FinishEvent):
                         result = ev.result
                 if result is None:
@@ -606,7 +606,15 @@ class ChatSession:
             post = not job.signalled
             job.signalled = True
         if post:
-            self.post(TokensAdded(job.turn.key))
+            self.post(ReplyProgress(job.turn.key))
+
+    def _add_stats(self, job: ReplyJob, stats: GenerationStats) -> None:
+        with job.lock:
+            job.live_next = stats
+            post = not job.signalled
+            job.signalled = True
+        if post:
+            self.post(ReplyProgress(job.turn.key))
 
     def new_tokens(self, turn: Turn, start: int) -> list[TokenEvent]:
         """The tokens of ``turn`` from ``start`` on (safe while the reply is written)."""
@@ -645,23 +653,23 @@ class ChatSession:
         job = self.job
         return job if job is not None and job.turn.key == key else None
 
-    def _on_TokensAdded(self, ev: TokensAdded) -> None:
+    def _on_ReplyProgress(self, ev: ReplyProgress) -> None:
         job = self._job_for(ev.key)
         if job is None:
             return
         with job.lock:
             job.signalled = False
-            job.turn.text = "".join(t.text for t in job.turn.tokens)
+            tokens = job.turn.tokens
+            if job.n_joined < len(tokens):
+                job.turn.text += "".join(t.text for t in tokens[job.n_joined:])
+                job.n_joined = len(tokens)
+            if job.live_next is not None:
+                job.live, job.live_next = job.live_next, None
         now = time.perf_counter()
         if self.history is not None and job.turn.msg_id is not None and now - job.last_saved >= self.SAVE_EVERY_S:
             # the reply so far, so that a crash or a kill loses at most half a second of it
             job.last_saved = now
             self._store_turn(job.turn)
-
-    def _on_ReplyStats(self, ev: ReplyStats) -> None:
-        job = self._job_for(ev.key)
-        if job is not None:
-            job.live = ev.stats
 
     def _on_ContextTrimmed(self, ev: ContextTrimmed) -> None:
         if self._job_for(ev.key) is not None:

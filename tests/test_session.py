@@ -70,7 +70,7 @@ def test_a_reply_streams_into_one_record_per_token_shared_with_storage(tmp_path)
     reply = s.send("hi")
     events = drain(s, q, lambda: s.job is None)
     kinds = [type(e).__name__ for e in events]
-    assert kinds[-1] == "ReplyDone" and "TokensAdded" in kinds
+    assert kinds[-1] == "ReplyDone" and "ReplyProgress" in kinds
     # the reply never begins with the transcript's space; the text is its tokens' text
     assert reply.text == SCRIPT_TEXT == "".join(t.text for t in reply.tokens)
     assert [(t.drafted_by, t.draft_pos) for t in reply.tokens[:3]] == [("ngram-mod", 0), ("ngram-mod", 1), (None, None)]
@@ -89,14 +89,14 @@ def test_a_reply_streams_into_one_record_per_token_shared_with_storage(tmp_path)
 
 
 def test_tokens_signal_once_while_the_owner_is_busy(tmp_path):
-    """The thread posts one TokensAdded until the owner has applied it: tokens coalesce."""
+    """The thread posts one ReplyProgress until the owner has applied it: tokens coalesce."""
     s, q, engine = loaded(tmp_path, engine=ScriptedEngine([(None, [f" w{i}"]) for i in range(200)]))
     s.send("go")
     s.job.thread.join(5)   # the owner did not look while all 200 tokens arrived
     pending = []
     while not q.empty():
         pending.append(q.get())
-    assert sum(isinstance(e, sess.TokensAdded) for e in pending) == 1
+    assert sum(isinstance(e, sess.ReplyProgress) for e in pending) == 1
     for e in pending:
         s.apply(e)
     assert len(s.turns[-1].tokens) == 200 and s.job is None

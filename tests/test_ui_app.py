@@ -691,3 +691,52 @@ async def test_settings_offer_automatic_first_and_say_what_it_picked():
         await until(pilot, lambda: engine.set_spec_calls >= 2)
         assert [t.value for t in app.config.spec.types] == ["ngram-mod"]
         assert config_mod.load().spec.types == app.config.spec.types
+
+
+async def test_where_the_model_takes_every_core_a_streaming_reply_paints_a_few_times_a_second():
+    """With the model's threads on every core the reply is painted at most 15 times a second
+    (tokens in between wait and come together), every token still arrives in order, and the
+    footer ends with the final figures, not a late 'writing…'."""
+    import os
+    from types import SimpleNamespace
+    n = 120
+    script = [(None, [f" w{i}"]) for i in range(n)]
+    app, engine = make_app(script, spec="", tokens_per_s=200)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    engine.ctx = SimpleNamespace(n_threads=cores)       # as the real engine reports its threads
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        assert app.paint_every_s() == app.PAINT_EVERY_CONTENDED_S
+        paints: list[tuple[float, int]] = []
+        assert app.send("go")
+        await until(pilot, lambda: len(app._views()) == 2)
+        view = app._views()[-1]
+        original = view.add_tokens
+
+        def counting(tokens, times=None):
+            paints.append((time.monotonic(), len(tokens)))
+            original(tokens, times)
+        view.add_tokens = counting
+        await until(pilot, lambda: app.job is None, timeout=15)
+        await pilot.pause(0.2)
+        assert view.text == "".join(t for _, toks in script for t in toks).lstrip()
+        assert [t.text for t in view.body.tokens][-1] == f" w{n - 1}"
+        live = [t for t, _ in paints[:-1]]       # the last one comes with the reply's end
+        gaps = [b - a for a, b in zip(live, live[1:])]
+        assert gaps and min(gaps) >= app.PAINT_EVERY_CONTENDED_S * 0.9
+        assert max(k for _, k in paints) > 1      # tokens came together
+        foot = str(view.foot.render())
+        assert "writing" not in foot and f"{n} tok" in foot
+
+
+async def test_with_a_core_to_spare_each_update_is_painted_as_it_comes():
+    from types import SimpleNamespace
+    app, engine = make_app()
+    engine.ctx = SimpleNamespace(n_threads=1)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        import os
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        assert app.paint_every_s() == (0.0 if cores >= 2 else app.PAINT_EVERY_CONTENDED_S)
+        engine.ctx = None                          # an engine that does not say: as it comes
+        assert app.paint_every_s() == 0.0

@@ -8,7 +8,8 @@ tmux with the settings as flags and fresh folders, the prompt is typed and sent,
 figures are read from the chat history it saves (the footer's tokens/s); then ``draftlight
 generate --json`` runs the same request with the same flags. Prints per configuration the best
 tokens/s of each and their ratio chat/generate (target ≥ 0.95), and the median of the paired
-ratios. Needs tmux.
+ratios, and the UI process's CPU time per reply token while the reply streams (the runner's is not
+in it). Needs tmux.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+UI_NICE = int(os.environ.get("BENCH_UI_NICE", "0"))  # experiment: the UI process's threads at this nice
 
 
 def draftlight() -> list[str]:
@@ -58,6 +60,12 @@ def chat_once(args: list[str], prompt: str, env: dict[str, str], timeout: float 
             if time.monotonic() > deadline:
                 raise SystemExit("the app did not become ready")
             time.sleep(0.2)
+        pid = int(subprocess.run([*tm, "display-message", "-p", "-t", "b", "#{pane_pid}"], capture_output=True,
+                                 text=True, check=True).stdout)
+        if UI_NICE:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                os.setpriority(os.PRIO_PROCESS, int(task.name), UI_NICE)
+        cpu0 = cpu_seconds(pid)
         subprocess.run([*tm, "send-keys", "-t", "b", "-l", prompt], check=True)
         subprocess.run([*tm, "send-keys", "-t", "b", "Enter"], check=True)
         while True:
@@ -70,9 +78,15 @@ def chat_once(args: list[str], prompt: str, env: dict[str, str], timeout: float 
                 row = c.execute("SELECT content, stats, status FROM messages WHERE role='assistant' "
                                 "ORDER BY id DESC LIMIT 1").fetchone()
             if row and row[2] == "done" and row[1]:
-                return {"text": row[0], "stats": json.loads(row[1])}
+                return {"text": row[0], "stats": json.loads(row[1]), "ui_cpu_s": cpu_seconds(pid) - cpu0}
     finally:
         subprocess.run([*tm, "kill-server"], capture_output=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def generate_once(args: list[str], prompt: str, env: dict[str, str]) -> dict:
@@ -101,12 +115,12 @@ def main() -> int:
         raise SystemExit("needs tmux")
     base = draftlight()
     print(f"{'config':<12} {'chat tok/s':>10} {'generate tok/s':>14} {'ratio best':>10} {'ratio paired':>12} "
-          f"{'tokens':>7} same-text")
+          f"{'tokens':>7} {'UI ms/token':>11} same-text")
     for cfg in a.spec_type or ["none", "auto", "ngram-mod"]:
         flags = ["--spec-type", cfg, "--temp", "0", "-n", str(a.n), "-t", str(a.threads)]
         if a.model:
             flags += ["--model", a.model]
-        chat, gen, paired, same, ntok = [], [], [], True, 0
+        chat, gen, paired, same, ntok, ui = [], [], [], True, 0, []
         for _ in range(a.rounds):
             # fresh folders for each side: neither learns from the other's lookup caches
             with tempfile.TemporaryDirectory(prefix="draftlight-bench-") as tmp:
@@ -117,8 +131,9 @@ def main() -> int:
             paired.append(chat[-1] / gen[-1] if gen[-1] else 0.0)
             same &= c["text"].strip() == g["text"].strip()
             ntok = g["stats"]["n_generated"]
+            ui.append(1000 * c["ui_cpu_s"] / max(1, c["stats"]["n_generated"]))
         print(f"{cfg:<12} {max(chat):10.1f} {max(gen):14.1f} {max(chat) / max(gen):10.3f} "
-              f"{statistics.median(paired):12.3f} {ntok:7d} {'yes' if same else 'NO'}", flush=True)
+              f"{statistics.median(paired):12.3f} {ntok:7d} {statistics.median(ui):11.2f} {'yes' if same else 'NO'}", flush=True)
     return 0
 
 

@@ -3,6 +3,6 @@
 Data flows one way::
 
     UI (DraftlightApp) --send--> ChatSession (app/session.py) --thread--> Engine.generate
-        --> TokenEvents appended to the reply's Turn, TokensAdded/ReplyStats/ReplyDone events
+        --> TokenEvents appended to the reply's Turn, ReplyProgress/ReplyDone events
         --> SessionMessage (post_message) --> session.apply(event) --> widgets (widgets.py)
 """

@@ -11,6 +11,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.geometry import Region
 from textual.content import Content, Span
 from textual.message import Message
 from rich.cells import get_character_cell_size
@@ -221,9 +222,17 @@ class ReplyBody(Widget):
             return
         self._text += "".join(pieces)
         n_lines = len(self._lines)
-        if self._wrap_width > 0:
-            self._rewrap_tail()
-        self.refresh(layout=len(self._lines) != n_lines or self._wrap_width <= 0)
+        if self._wrap_width <= 0:
+            self.refresh(layout=True)
+            return
+        self._rewrap_tail()
+        if len(self._lines) != n_lines:
+            self.refresh(layout=True)
+        else:
+            # the text grew within its last line: repaint that line alone (a whole-widget refresh
+            # renders every visible line again, at each token)
+            last = max(0, n_lines - 1)
+            self.refresh(Region(0, last, max(1, self.size.width), 1))
 
     # -- wrapping ------------------------------------------------------------------
     def _ensure_wrapped(self, width: int) -> None:
@@ -396,6 +405,7 @@ class MessageView(Vertical, can_focus=True):
                               probe=probe)
         self.head = Static(self.label, classes="msg-head")
         self.foot = Static("", classes="msg-foot")
+        self._live_height = -1
         self._markdown: Markdown | None = None
         self._md_pending = False
         self.view_mode = view_mode
@@ -428,7 +438,13 @@ class MessageView(Vertical, can_focus=True):
             self._schedule_markdown()
 
     def live_stats(self, stats: GenerationStats) -> None:
-        self.foot.update(reply_footer(self.body.tokens, stats.to_dict()) + " · writing…")
+        line = reply_footer(self.body.tokens, stats.to_dict()) + " · writing…"
+        # a new layout (of the whole screen) only when the line's height may change
+        width = self.foot.content_size.width
+        height = len(Content(line).wrap(width)) if width > 0 else -1
+        same = height > 0 and height == self._live_height
+        self._live_height = height
+        self.foot.update(line, layout=not same)
 
     def finish_streaming(self, stats: Mapping[str, Any] | None, finish: str | None, text: str | None = None) -> None:
         self.streaming = False
@@ -602,7 +618,23 @@ class PromptInput(TextArea, inherit_bindings=False):
         await super()._on_key(event)
 
 
-class TopBar(Static):
+class OneLine(Static):
+    """A line of fixed height: an update with what it already shows does nothing, and none
+    asks for a new layout (while a reply streams these change a few times a second; a layout
+    pass over the whole screen each time would take the CPU the model needs)."""
+
+    _shown: Any = None
+
+    def set_line(self, content: Content) -> None:
+        # Content's == looks at the text alone; a change of colour is a change too
+        key = (content.plain, tuple(content.spans))
+        if key == self._shown:
+            return
+        self._shown = key
+        self.update(content, layout=False)
+
+
+class TopBar(OneLine):
     """One calm line: app name, model, speculation, state."""
 
     DEFAULT_CSS = """
@@ -629,7 +661,7 @@ class TopBar(Static):
             left = left + Content("  ·  ") + title
         left = left.truncate(room, ellipsis=True)
         pad = max(1, width - left.cell_length - state_c.cell_length)
-        self.update(left + " " * pad + state_c)
+        self.set_line(left + " " * pad + state_c)
 
 
 def short_name(t: str) -> str:
@@ -640,7 +672,7 @@ def short_name(t: str) -> str:
     return t
 
 
-class Legend(Static):
+class Legend(OneLine):
     """The colour of each enabled speculator, and what is under the pointer."""
 
     DEFAULT_CSS = """
@@ -653,10 +685,10 @@ class Legend(Static):
         """``types``: the speculators in use; ``waiting``: those configured while no model is loaded."""
         width = (self.size.width or 80) - 2
         if info:
-            self.update(Content.assemble(("▸ ", "$accent"), (info, "$foreground")).truncate(width, ellipsis=True))
+            self.set_line(Content.assemble(("▸ ", "$accent"), (info, "$foreground")).truncate(width, ellipsis=True))
             return
         if not colouring:
-            self.update(Content.assemble(
+            self.set_line(Content.assemble(
                 (f"colouring off · {off_view} view", "$foreground-muted"), ("  F5 ", "bold $accent"),
                 ("colour drafted tokens", "$foreground-muted")).truncate(width, ellipsis=True))
             return
@@ -667,7 +699,7 @@ class Legend(Static):
                 msg = "speculation unavailable: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
             else:
                 msg = "no speculation on"
-            self.update(Content.assemble(("  F3 ", "bold $accent"), ("settings  ", "$foreground-muted"),
+            self.set_line(Content.assemble(("  F3 ", "bold $accent"), ("settings  ", "$foreground-muted"),
                                          (msg, "$foreground-muted")).truncate(width, ellipsis=True))
             return
         for full, names in ((True, list(types)), (False, list(types)), (False, [short_name(t) for t in types])):
@@ -683,7 +715,7 @@ class Legend(Static):
             content = Content.assemble(*pieces)
             if content.cell_length <= width:
                 break
-        self.update(content.truncate(width, ellipsis=True))
+        self.set_line(content.truncate(width, ellipsis=True))
 
 
 class StatsPanel(Static):
