@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-UI_NICE = int(os.environ.get("BENCH_UI_NICE", "0"))  # experiment: the UI process's threads at this nice
 
 
 def draftlight() -> list[str]:
@@ -62,9 +61,6 @@ def chat_once(args: list[str], prompt: str, env: dict[str, str], timeout: float 
             time.sleep(0.2)
         pid = int(subprocess.run([*tm, "display-message", "-p", "-t", "b", "#{pane_pid}"], capture_output=True,
                                  text=True, check=True).stdout)
-        if UI_NICE:
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                os.setpriority(os.PRIO_PROCESS, int(task.name), UI_NICE)
         cpu0 = cpu_seconds(pid)
         subprocess.run([*tm, "send-keys", "-t", "b", "-l", prompt], check=True)
         subprocess.run([*tm, "send-keys", "-t", "b", "Enter"], check=True)
