@@ -178,3 +178,15 @@ def test_pipx_install_runs_outside_the_source_tree(dists, tmp_path, private_dirs
         assert report["default_model"]["exists"] and report["default_model"]["verified"]
     finally:
         shutil.rmtree(pipx_home, ignore_errors=True)  # a few hundred MB
+
+
+def test_the_readme_test_command_runs_the_docstring_examples():
+    """``python -m pytest`` (no arguments) collects every module's worked examples."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider"], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    doctests = {i.split("::")[0] for i in ids if not i.startswith("tests/")}
+    for module in ("speculators/ngram_map.py", "speculators/controller.py", "app/lookup_store.py",
+                   "themes/__init__.py"):
+        assert module in doctests, (module, out.stdout[-2000:])
