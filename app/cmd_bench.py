@@ -91,6 +91,9 @@ class Row:
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
+    #: verified drafts and their accepted tokens (llama.cpp's n_call_accept, n_acc_tokens)
+    accept_calls: int = 0
+    acc_tokens: int = 0
     draft_calls: int = 0
     draft_us: float = 0.0
     equal_to_none: bool | None = None
@@ -117,7 +120,8 @@ class Row:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None,
-            "mean_acceptance_length": round(self.tokens / self.steps, 3) if self.steps else None,
+            # llama.cpp's: 1 + accepted draft tokens per verified draft
+            "mean_acceptance_length": round(1 + self.acc_tokens / self.accept_calls, 3) if self.accept_calls else None,
             "draft_ms_per_call": round(self.draft_us / self.draft_calls / 1000, 4) if self.draft_calls else None,
             "mean_draft_len": round(self.mean_draft_len, 2),
             "ceiling_tokens_per_s": round(self.ceiling_tps, 2) if self.ceiling_tps else None,
@@ -161,6 +165,8 @@ def _timed_generation(engine, prompts, max_tokens, rounds: int = 1, stop=()) -> 
             d["draft_us"] += st.t_draft_us
             row.draft_calls += st.n_call_draft
             row.draft_us += st.t_draft_us
+            row.accept_calls += st.n_call_accept
+            row.acc_tokens += st.n_acc_tokens
     row.per_speculator = {
         n: {**d, "draft_ms_per_call": round(d["draft_us"] / d["calls"] / 1000, 4) if d["calls"] else None,
             "draft_ms_per_token": round(d["draft_us"] / d["drafted"] / 1000, 4) if d["drafted"] else None,
@@ -330,6 +336,8 @@ def _add_result(row: Row, res) -> dict:
         d["draft_us"] += st.t_draft_us
         row.draft_calls += st.n_call_draft
         row.draft_us += st.t_draft_us
+        row.accept_calls += st.n_call_accept
+        row.acc_tokens += st.n_acc_tokens
     if s.controller is not None:
         row.controller = s.controller if row.controller is None else row.controller + s.controller
     c = s.controller

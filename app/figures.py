@@ -13,11 +13,17 @@ reply without saying why::
     >>> from speculators.events import TokenEvent
     >>> toks = [TokenEvent(0, 1, "Hi", None, None), TokenEvent(1, 2, " you", "ngram-mod", 0)]
     >>> f = ReplyFigures.from_reply(toks, {"n_generated": 5, "n_drafted": 4, "n_accepted": 3,
-    ...                                    "n_steps": 2, "t_gen_s": 0.5})
+    ...                                    "n_steps": 2, "t_gen_s": 0.5, "speculators": {
+    ...                                        "ngram-mod": {"n_call_accept": 2, "n_acc_tokens": 3}}})
     >>> (f.n_tokens, f.n_accepted, f.n_accepted_shown, f.n_accepted_past)
     (2, 3, 1, 2)
     >>> f.footer()
     '2 tok · 8.0 tok/s · drafted 4 · accepted 3 (75%: 1 in the reply, 2 past its end) · mean acc len 2.50 · by ngram-mod'
+
+The mean acceptance length is llama.cpp's (``print_stats``): 1 + accepted draft
+tokens per verified draft, so a reply with nothing drafted has none. Speeds are
+the engine's, after the first token; a session's speed is the sum of its replies'
+tokens after their first over the sum of their times, so it lies between them.
 """
 
 from __future__ import annotations
@@ -58,9 +64,22 @@ class ReplyFigures:
     synthetic: bool = False
     #: accepted draft tokens in the reply, per speculator
     shown_by: dict[str, int] = field(default_factory=dict)
+    #: verified drafts and their accepted tokens, summed over the speculators (llama.cpp's
+    #: ``n_call_accept`` and ``n_acc_tokens``)
+    n_accept_calls: int = 0
+    n_acc_tokens: int = 0
 
     @classmethod
     def from_reply(cls, tokens: Sequence[TokenEvent], stats: Mapping[str, Any] | None) -> "ReplyFigures":
+        f = cls._from_reply(tokens, stats)
+        for d in ((stats or {}).get("speculators") or {}).values():
+            if isinstance(d, Mapping):
+                f.n_accept_calls += int(d.get("n_call_accept", 0) or 0)
+                f.n_acc_tokens += int(d.get("n_acc_tokens", 0) or 0)
+        return f
+
+    @classmethod
+    def _from_reply(cls, tokens: Sequence[TokenEvent], stats: Mapping[str, Any] | None) -> "ReplyFigures":
         s = stats or {}
         n_acc = int(s.get("n_accepted", 0) or 0)
         if not tokens and s.get("n_generated"):
@@ -94,7 +113,8 @@ class ReplyFigures:
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        return self.n_generated / self.n_steps if self.n_steps else None
+        """1 + accepted draft tokens per verified draft (llama.cpp's ``mean acc len``)."""
+        return 1.0 + self.n_acc_tokens / self.n_accept_calls if self.n_accept_calls else None
 
     def accepted_text(self) -> str:
         s = f"accepted {self.n_accepted}"
@@ -143,6 +163,17 @@ def reply_footer(tokens: Sequence[TokenEvent], stats: Mapping[str, Any] | None, 
 
 @dataclass
 class Totals:
+    """A session's figures: sums of its replies' (so no ratio here disagrees with theirs)::
+
+        >>> t = Totals()
+        >>> for n, secs in ((35, 0.977), (35, 0.977), (34, 0.99)):
+        ...     t.add(ReplyFigures(n_tokens=n, n_generated=n, t_gen_s=secs))
+        >>> round(t.tokens_per_s, 1)          # the replies ran at 34.8, 34.8 and 33.3 tok/s
+        34.3
+        >>> t.figures.mean_acceptance_length is None
+        True
+    """
+
     replies: int = 0
     n_tokens: int = 0
     n_generated: int = 0
@@ -151,6 +182,10 @@ class Totals:
     n_accepted_shown: int = 0
     n_steps: int = 0
     t_gen_s: float = 0.0
+    #: tokens after each reply's first (the ones its speed counts)
+    n_after_first: int = 0
+    n_accept_calls: int = 0
+    n_acc_tokens: int = 0
 
     def add(self, f: ReplyFigures) -> None:
         self.replies += 1
@@ -161,15 +196,19 @@ class Totals:
         self.n_accepted_shown += f.n_accepted_shown
         self.n_steps += f.n_steps
         self.t_gen_s += f.t_gen_s
+        self.n_after_first += max(0, f.n_generated - 1)
+        self.n_accept_calls += f.n_accept_calls
+        self.n_acc_tokens += f.n_acc_tokens
 
     @property
     def figures(self) -> ReplyFigures:
         return ReplyFigures(self.n_tokens, self.n_generated, self.n_drafted, self.n_accepted,
-                            self.n_accepted_shown, self.n_steps, self.t_gen_s)
+                            self.n_accepted_shown, self.n_steps, self.t_gen_s,
+                            n_accept_calls=self.n_accept_calls, n_acc_tokens=self.n_acc_tokens)
 
     @property
     def tokens_per_s(self) -> float:
-        return self.n_generated / self.t_gen_s if self.t_gen_s > 0 else 0.0
+        return self.n_after_first / self.t_gen_s if self.t_gen_s > 0 else 0.0
 
 
 @dataclass

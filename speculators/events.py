@@ -80,8 +80,29 @@ class GenerationStats:
         return self.n_accepted / self.n_drafted if self.n_drafted else None
 
     @property
+    def n_accept_calls(self) -> int:
+        """Verifies of a draft (llama.cpp's ``n_call_accept``, summed over the speculators)."""
+        return sum(s.n_call_accept for s in self.speculators.values())
+
+    @property
     def mean_acceptance_length(self) -> float | None:
-        """Tokens per verify step (1 + accepted per step)."""
+        """llama.cpp's ``mean acc len``: 1 + accepted draft tokens per verified draft (None
+        when no draft was verified). Steps without a draft do not count::
+
+            >>> from speculators.base import SpeculatorStats
+            >>> g = GenerationStats(n_generated=2, n_steps=2)
+            >>> g.mean_acceptance_length is None       # nothing drafted: no figure, not 1.00
+            True
+            >>> g.speculators["ngram-mod"] = SpeculatorStats(n_call_accept=4, n_acc_tokens=6)
+            >>> g.mean_acceptance_length
+            2.5
+        """
+        calls = self.n_accept_calls
+        return 1.0 + sum(s.n_acc_tokens for s in self.speculators.values()) / calls if calls else None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Tokens the model produced per decode of the target (steps with and without drafts)."""
         return self.n_generated / self.n_steps if self.n_steps else None
 
     @property
@@ -102,6 +123,8 @@ class GenerationStats:
             "tokens_per_s": self.tokens_per_s,
             "acceptance_rate": self.acceptance_rate,
             "mean_acceptance_length": self.mean_acceptance_length,
+            "n_accept_calls": self.n_accept_calls,
+            "tokens_per_step": self.tokens_per_step,
             "synthetic": self.synthetic,
             "valid": not self.synthetic,
             "speculators": {k: v.to_dict() for k, v in self.speculators.items()},
