@@ -466,10 +466,38 @@ class NgramMap(Speculator):
         self.map.begin(prompt)
 
     def draft(self, req: DraftRequest) -> list[int]:
+        self._cut: int | None = None
         return self.map.draft(req.prompt, req.id_last)
+
+    def draft_cut(self, n_kept: int) -> None:
+        """Only ``n_kept`` tokens of the draft are verified (the adaptive controller's cut).
+
+        A key remembers how much of its draft was accepted and drafts no more next time. A
+        rejection inside the cut is what llama.cpp would have seen too (the same first
+        mismatch), so it is remembered; a cut draft accepted whole says nothing about the
+        tokens that were left out, so the key keeps what it had::
+
+            >>> s = NgramMap(size_n=2, size_m=3, min_hits=1, key_only=True)
+            >>> s.begin([])
+            >>> hist = [0, 1, 2, 3, 4, 5, 6, 7, 1]
+            >>> s.draft(DraftRequest(prompt=hist, id_last=2, pos0=9))
+            [3, 4, 5]
+            >>> s.draft_cut(1); s.accept(1, is_other=False)     # verified [3]: accepted
+            >>> s.draft(DraftRequest(prompt=hist, id_last=2, pos0=9))
+            [3, 4, 5]
+            >>> s.draft_cut(2); s.accept(1, is_other=False)     # verified [3, 4]: 4 rejected
+            >>> s.draft(DraftRequest(prompt=hist, id_last=2, pos0=9))
+            [3]
+        """
+        super().draft_cut(n_kept)
+        self._cut = n_kept
 
     def accept(self, n_accepted: int, is_other: bool) -> None:
         if is_other:
+            return
+        cut = getattr(self, "_cut", None)
+        self._cut = None
+        if cut is not None and n_accepted >= cut:
             return
         self.map.accept(n_accepted)
 

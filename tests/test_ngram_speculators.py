@@ -970,3 +970,27 @@ class TestChain:
         assert chain.draft(req([1, 2, 3], 4)) == []
         assert chain.last_drafter is None
         chain.accept(0)
+
+
+@pytest.mark.parametrize("key_only", [True, False])
+def test_a_controller_cut_does_not_cap_ngram_map_drafts(key_only):
+    """The controller verifies only the first tokens of a draft; when those are all accepted,
+    the key's next draft is as long as before (llama.cpp, which never cuts, would have
+    verified it whole). A rejection inside the cut still caps it, as llama.cpp's would."""
+    m = NgramMap(size_n=2, size_m=6, min_hits=1, key_only=key_only)
+    chain = SpeculatorChain([m])
+    hist = [9, 9, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 1]
+    chain.begin(hist)
+    req = DraftRequest(prompt=hist, id_last=2, pos0=len(hist))
+    full, _ = chain.ask(m, req)
+    assert len(full) >= 4
+    for _ in range(3):
+        d, _ = chain.ask(m, req)
+        chain.commit(m, d[:2], n_proposed=len(d))
+        chain.accept(2)
+        again, _ = chain.ask(m, req)
+        assert again == full
+    d, _ = chain.ask(m, req)
+    chain.commit(m, d[:3], n_proposed=len(d))
+    chain.accept(1)          # the second token was wrong: that the key remembers
+    assert len(chain.ask(m, req)[0]) == 1
