@@ -132,6 +132,8 @@ class SpecApplied:
     error: str | None = None
     store: Any = None
     warnings: list[str] = field(default_factory=list)
+    #: the engine whose chain it was (a model loaded since makes this one stale)
+    engine: Any = None
 
 
 @dataclass
@@ -279,6 +281,8 @@ class ChatSession:
         self.use_lookup_store = use_lookup_store
         #: the lookup caches of the loaded model's vocabulary (when ngram-cache is in use)
         self.store: Any = None
+        #: (engine, store) a settings change opened whose SpecApplied is not applied yet
+        self._spec_store: tuple[Any, Any] | None = None
         self.lookup_last_save: dict | None = None
         self.chat_id: int | None = None
         self.title = ""
@@ -453,15 +457,21 @@ class ChatSession:
 
     def _spec_thread(self, engine: Any, spec: SpecParams) -> None:
         with self.engine_lock:
+            # a store an earlier change opened (its SpecApplied not applied yet) is the one to use:
+            # two quick changes open the caches once
             store, warnings = self.store, []
+            if store is None and self._spec_store is not None and self._spec_store[0] is engine:
+                store = self._spec_store[1]
             if store is None:
                 store, warnings = self._open_store(engine, spec)
+                self._spec_store = (engine, store) if store is not None else None
             try:
                 chain = engine.set_spec(spec, resources=store.resources() if store is not None else None)
             except Exception as e:
-                self.post(SpecApplied(dict(getattr(engine.chain, "skipped", {}) or {}), describe(e), store, warnings))
+                self.post(SpecApplied(dict(getattr(engine.chain, "skipped", {}) or {}), describe(e), store, warnings,
+                                      engine))
                 return
-            self.post(SpecApplied(dict(getattr(chain, "skipped", {}) or {}), None, store, warnings))
+            self.post(SpecApplied(dict(getattr(chain, "skipped", {}) or {}), None, store, warnings, engine))
 
     # -- the conversation --------------------------------------------------------------------
     def conversation(self, upto: int | None = None) -> list[dict]:
@@ -646,8 +656,16 @@ class ChatSession:
         self.load_error = ev.error
 
     def _on_SpecApplied(self, ev: SpecApplied) -> None:
+        if ev.engine is not None and ev.engine is not self.engine:
+            # for a model that has been unloaded since: its caches are of no use
+            self._closing_store(ev.store)
+            return
         if ev.store is not None and ev.store is not self.store:
-            self.store = ev.store
+            old, self.store = self.store, ev.store
+            self._closing_store(old)
+        with self.engine_lock:
+            if self._spec_store is not None and self._spec_store[1] is self.store:
+                self._spec_store = None
 
     def _job_for(self, key: int) -> ReplyJob | None:
         job = self.job
@@ -728,11 +746,18 @@ class ChatSession:
     def _store_turn(self, turn: Turn, final: bool = False) -> None:
         if self.history is None or turn.msg_id is None:
             return
+        job = self.job
+        if job is not None and job.turn is turn:
+            # the reply thread appends to these while it writes: save a copy taken under its lock
+            with job.lock:
+                tokens, text = list(turn.tokens), turn.text
+        else:
+            tokens, text = turn.tokens, turn.text
         if final:
-            self.history.update_message(turn.msg_id, content=turn.text, tokens=turn.tokens, stats=turn.stats,
+            self.history.update_message(turn.msg_id, content=text, tokens=tokens, stats=turn.stats,
                                         status=turn.status, finish_reason=turn.finish)
         else:
-            self.history.update_message(turn.msg_id, content=turn.text, tokens=turn.tokens)
+            self.history.update_message(turn.msg_id, content=text, tokens=tokens)
 
     # -- editing the conversation ---------------------------------------------------------------
     def regenerate(self) -> Turn:

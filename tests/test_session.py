@@ -351,3 +351,66 @@ def test_the_chat_learns_the_dynamic_lookup_cache_and_a_new_session_finds_it(tmp
     assert [e for e in failed if isinstance(e, sess.StaticBuilt)][-1].error
     assert s2.lookup_figures()["caches"]["static"]["entries"] == done.info["entries"]
     s2.close()
+
+
+class _Store:
+    opened: list = []
+
+    def __init__(self):
+        self.closed = False
+        _Store.opened.append(self)
+
+    def resources(self):
+        return {}
+
+    def close(self):
+        self.closed = True
+
+
+class _EngineWithCaches(ScriptedEngine):
+    """Opens lookup caches as the runner does; building a chain takes a moment."""
+
+    def open_store(self, spec, root):
+        return _Store(), []
+
+    def set_spec(self, params, resources=None):
+        time.sleep(0.05)
+        return super().set_spec(params, resources)
+
+
+def test_two_quick_speculation_changes_open_the_lookup_caches_once(tmp_path):
+    _Store.opened = []
+    s, q, engine = loaded(tmp_path, engine=_EngineWithCaches(SCRIPT), spec="ngram-mod")
+    assert s.store is None and _Store.opened == []
+    s.config.spec = SpecParams.from_types("ngram-cache,ngram-mod")
+    s.rebuild_chain()
+    s.rebuild_chain()          # before the first change reached the owner
+    n_applied = 0
+    deadline = time.monotonic() + 5
+    while n_applied < 2:
+        ev = q.get(timeout=max(0.01, deadline - time.monotonic()))
+        s.apply(ev)
+        n_applied += isinstance(ev, sess.SpecApplied)
+    open_ = [st for st in _Store.opened if not st.closed]
+    assert len(open_) == 1 and s.store is open_[0]
+    s.close()
+
+
+def test_a_streaming_reply_is_saved_from_a_copy_taken_under_its_lock(tmp_path):
+    s, q, engine = loaded(tmp_path, engine=ScriptedEngine([(None, [f" w{i}"]) for i in range(300)],
+                                                          tokens_per_s=3000))
+    live_lists = []
+    real = s.history.update_message
+
+    def spy(msg_id, **kw):
+        job = s.job
+        if job is not None and "tokens" in kw:
+            live_lists.append(kw["tokens"] is job.turn.tokens)
+        return real(msg_id, **kw)
+    s.history.update_message = spy
+    s.SAVE_EVERY_S = 0.0
+    s.send("go")
+    drain(s, q, lambda: s.job is None)
+    assert live_lists and not any(live_lists)
+    assert len(s.history.load_chat(s.chat_id).messages[-1].tokens) == 300
+    s.close()
