@@ -416,7 +416,8 @@ class Engine:
                 if ctrl is not None:
                     ctrl.begin()  # its pending proposals were scored at the old positions
             remaining = max_tokens - reply.n_produced
-            room = n_ctx - n_past - 1
+            # as llama-server (get_n_draft_max): id_last's cell, and one more kept for a context shift
+            room = n_ctx - n_past - 2
             # the verify batch must fit one decode call, or earlier rows lose their logits
             n_max = min(chain.n_max, remaining - 1, room, ctx.n_batch - 1)
             draft: list[int] = []

@@ -132,3 +132,35 @@ def test_rebuilding_the_chain_keeps_the_model(q4_engine):
     q4_engine.set_spec(SpecParams.from_types("ngram-simple,ngram-cache"))
     assert q4_engine.model is model
     assert [s.name for s in q4_engine.chain.speculators] == ["ngram-simple", "ngram-cache"]
+
+
+def test_drafts_near_the_context_end_leave_llama_servers_room(small_engine):
+    """llama-server drafts at most ``n_ctx - n_tokens - 2`` (one cell kept for a context
+    shift; server-context.cpp ``get_n_draft_max``); the engine asks for no more."""
+    from speculators.base import Speculator
+    from speculators.chain import SpeculatorChain
+    from speculators.types import SpecType
+
+    class Recorder(Speculator):
+        type = SpecType.NGRAM_SIMPLE
+
+        def __init__(self):
+            super().__init__(n_max=64)
+            self.asked: list[tuple[int, int]] = []
+
+        def draft(self, req):
+            self.asked.append((req.pos0, req.n_max))
+            return []
+
+    rec = Recorder()
+    old = small_engine.chain
+    small_engine.chain = SpeculatorChain([rec])
+    try:
+        n_ctx = small_engine.ctx.n_ctx
+        prompt = small_engine.prompt_tokens(text=PROMPTS[1])
+        res = small_engine.run(prompt, max_tokens=n_ctx, sampling=GREEDY)
+        assert res.finish_reason == "context"
+        near_end = [(pos, n) for pos, n in rec.asked if pos > n_ctx - 70]
+        assert near_end and all(n <= n_ctx - pos - 2 for pos, n in near_end), near_end[-5:]
+    finally:
+        small_engine.chain = old
