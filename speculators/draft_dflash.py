@@ -386,7 +386,7 @@ class DraftDFlash(_TargetFed):
                 result = self._read_dspark(n_block)
             else:
                 for i in range(1, n_block):
-                    tok, p = pick_top_k(ctx.logits(i), self.p_min)
+                    tok, p = pick_top_k(ctx.logits(i), self.p_min, self.model.suppress_tokens)
                     if p < self.p_min:
                         break
                     result.append(tok)
@@ -408,7 +408,7 @@ class DraftDFlash(_TargetFed):
                 conf = _rows(ptr, n_block, self.n_embd_dec)[:, 0]
         first = 0 if self.sample_from_anchor else 1
         n = dspark_cut(conf, first, n_block, self.p_min)
-        return [pick_top_k(self.ctx.logits(i), 0.0)[0] for i in range(first, n)]
+        return [pick_top_k(self.ctx.logits(i), 0.0, self.model.suppress_tokens)[0] for i in range(first, n)]
 
     def accept(self, n_accepted: int, is_other: bool) -> None:
         pass  # the next target batch brings the features of whatever was accepted

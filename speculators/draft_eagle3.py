@@ -188,7 +188,7 @@ class DraftEagle3(_TargetFed):
         while True:
             if lc.llama_decode(ctx.ptr, b.b) != 0:
                 break
-            tok, p = pick_top_k(ctx.logits(0), self.p_min)
+            tok, p = pick_top_k(ctx.logits(0), self.p_min, self.model.suppress_tokens)
             prenorm = _rows(self._get_nextn_ith(ctx.ptr, 0), 1, self.n_embd_dec)[0]
             if p < self.p_min:
                 break

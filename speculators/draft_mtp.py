@@ -201,7 +201,7 @@ class DraftMTP(_TargetFed):
                 if rc != 0:
                     break
                 logits = ctx.logits(i_last)
-                tok, p = pick_top_k(logits, self.p_min)
+                tok, p = pick_top_k(logits, self.p_min, self.model.suppress_tokens)
                 h_row = _rows(self._get_nextn_ith(ctx.ptr, i_last), 1, self.n_embd)[0]
                 if p < self.p_min:
                     break

@@ -41,7 +41,6 @@ target's batches). :meth:`DraftSimple.cost` sums both up.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from typing import Sequence
@@ -146,19 +145,6 @@ def cached_draft_models() -> list[str]:
 
 # -- the speculator ----------------------------------------------------------------
 
-def _suppress_tokens(model: Model) -> np.ndarray | None:
-    """Token ids the model's sampler always suppresses (the reference's logit bias)."""
-    import llama_cpp as lc
-    fn = getattr(lc, "llama_vocab_get_suppress_tokens", None)
-    if fn is None:  # pragma: no cover - older llama-cpp-python
-        return None
-    n = ctypes.c_int(0)
-    ptr = fn(model.vocab, ctypes.byref(n))
-    if not ptr or n.value <= 0:
-        return None
-    return np.array(ptr[:n.value], dtype=np.int64)
-
-
 class DraftSimple(Speculator):
     """Drafts with a second, smaller model; see the module docstring."""
 
@@ -182,7 +168,7 @@ class DraftSimple(Speculator):
         #: restore state checkpoints instead of dropping KV cells
         self.use_checkpoints = (self.seq_rm_type == "full") if use_checkpoints is None else use_checkpoints
         self._partial_state = bool(model.is_hybrid or model.is_recurrent)
-        self._suppress = _suppress_tokens(model)
+        self._suppress = model.suppress_tokens
         #: tokens whose KV cells the draft context holds, by position
         self.kv: list[int] = []
         #: what the target's context holds, as far as we were told

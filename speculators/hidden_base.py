@@ -50,12 +50,18 @@ def _require(*names: str) -> None:
             raise Unavailable(str(e)) from None
 
 
-def pick_top_k(logits: np.ndarray, p_min: float) -> tuple[int, float]:
-    """The reference's draft token: top-k 10, first candidate, its probability.
+def pick_top_k(logits: np.ndarray, p_min: float, suppress: np.ndarray | None = None) -> tuple[int, float]:
+    """The reference's draft token: top-k 10, first candidate, its probability; never one of
+    the model's ``suppress`` tokens (its draft sampler's -inf bias).
 
     >>> pick_top_k(np.array([0.0, 2.0, 1.0], dtype=np.float32), 0.5)[0]
     1
+    >>> pick_top_k(np.array([0.0, 2.0, 1.0], dtype=np.float32), 0.5, suppress=np.array([1]))[0]
+    2
     """
+    if suppress is not None:
+        logits = logits.copy()
+        logits[suppress] = -np.inf
     tok = int(np.argmax(logits))
     if p_min <= 0.0:
         return tok, 1.0

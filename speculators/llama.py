@@ -237,6 +237,23 @@ class Model:
     def size_bytes(self) -> int:
         return int(lc.llama_model_size(self.ptr))
 
+    @property
+    def suppress_tokens(self) -> np.ndarray | None:
+        """Token ids the model's GGUF says never to sample (``tokenizer.ggml.suppress_tokens``):
+        llama.cpp's sampler gives them a bias of -inf, for the target and every drafter."""
+        cached = getattr(self, "_suppress_tokens", False)
+        if cached is not False:
+            return cached
+        out = None
+        fn = getattr(lc, "llama_vocab_get_suppress_tokens", None)
+        if fn is not None:
+            n = ctypes.c_int(0)
+            ptr = fn(self.vocab, ctypes.byref(n))
+            if ptr and n.value > 0:
+                out = np.array(ptr[:n.value], dtype=np.int64)
+        self._suppress_tokens = out
+        return out
+
     # -- tokens --------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         data = text.encode("utf-8")

@@ -59,12 +59,20 @@ class Sampler:
         self.params = params
         self.model = model
         self._chain = None
+        #: token ids the model never lets be sampled (None: none)
+        self._suppress = getattr(model, "suppress_tokens", None)
         self.seed = params.seed
         if not params.greedy:
             if self.seed == DEFAULT_SEED:
                 self.seed = random.getrandbits(32) & 0x7FFFFFFF
             cp = lc.llama_sampler_chain_default_params()
             chain = lc.llama_sampler_chain_init(cp)
+            if self._suppress is not None:
+                # as common_sampler: the model's suppress tokens as a -inf logit bias, first
+                n = len(self._suppress)
+                self._bias = (lc.llama_logit_bias * n)(*[lc.llama_logit_bias(int(t), float("-inf"))
+                                                       for t in self._suppress])
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(model.n_vocab, n, self._bias))
             if params.top_k > 0:
                 lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
             if params.top_p < 1.0:
@@ -78,7 +86,11 @@ class Sampler:
     def sample(self, ctx: Context, idx: int) -> int:
         """Sample (and accept) one token from output row ``idx``."""
         if self._chain is None:
-            return int(np.argmax(ctx.logits(idx)))
+            logits = ctx.logits(idx)
+            if self._suppress is not None:
+                logits = logits.copy()
+                logits[self._suppress] = -np.inf
+            return int(np.argmax(logits))
         return int(lc.llama_sampler_sample(self._chain, ctx.ptr, idx))
 
     def sample_and_accept_n(self, ctx: Context, idxs: Sequence[int], draft: Sequence[int]) -> list[int]:

@@ -94,3 +94,30 @@ def write_header_only(path: Path, arch: str, tensors: Sequence[str], *, block_co
         w.add_tensor(n, np.zeros(4, dtype=np.float32))
     _finish(w)
     return path
+
+
+def copy_with_int32_array(src: Path, dst: Path, key: str, values: Sequence[int]) -> Path:
+    """A copy of the GGUF ``src`` (weights and all) with one more metadata key: an INT32 array."""
+    import gguf
+    reader = gguf.GGUFReader(src, "r")
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    w = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
+    align = reader.fields.get(gguf.Keys.General.ALIGNMENT)
+    if align is not None:
+        w.data_alignment = align.contents()
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF.") or field.name == key:
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    w.add_key_value(key, [int(v) for v in values], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
+    for t in reader.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in reader.tensors:
+        w.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    w.close()
+    return dst

@@ -173,3 +173,45 @@ def test_engine_matches_llama_server(f16_engine, f16_model_path, spec_type):
     assert ours[0] == theirs[0], spec_type
     assert ours[1:] == theirs[1:], (spec_type, "drafted/accepted", ours[1:], theirs[1:])
     assert theirs[1] > 0, f"{spec_type}: the prompt made llama-server draft nothing"
+
+
+@pytest.fixture(scope="module")
+def suppressed_model(f16_engine, f16_model_path, tmp_path_factory):
+    """The F16 copy with ``tokenizer.ggml.suppress_tokens`` naming the token its greedy reply
+    to the test prompt uses most; and that reply."""
+    from collections import Counter
+
+    from speculators.params import SpecParams
+    from speculators.sampling import SamplingParams
+    from tests.gguf_factory import copy_with_int32_array
+
+    eng = f16_engine
+    eng.set_spec(SpecParams())
+    plain = eng.run(eng.prompt_tokens(text=_prompt(), raw=True), max_tokens=N_PREDICT,
+                    sampling=SamplingParams(temperature=0.0))
+    tok = Counter(t for t in plain.tokens if not eng.model.is_eog(t)).most_common(1)[0][0]
+    dst = copy_with_int32_array(f16_model_path, tmp_path_factory.mktemp("suppress") / "f16-suppress.gguf",
+                                "tokenizer.ggml.suppress_tokens", [tok])
+    return dst, tok, plain
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec_type", ["none", "ngram-simple"])
+def test_the_models_suppress_tokens_are_never_sampled_as_in_llama_server(suppressed_model, spec_type):
+    from speculators.engine import Engine, EngineConfig
+    from speculators.params import SpecParams
+    from speculators.sampling import SamplingParams
+
+    path, tok, plain = suppressed_model
+    native = _native_completion(path, spec_type, _prompt())
+    eng = Engine(str(path), EngineConfig(n_ctx=1024, n_threads=2, reuse_prefix=False))
+    try:
+        assert list(eng.model.suppress_tokens) == [tok]
+        eng.set_spec(SpecParams.from_types(spec_type) if spec_type != "none" else SpecParams())
+        r = eng.run(eng.prompt_tokens(text=_prompt(), raw=True), max_tokens=N_PREDICT,
+                    sampling=SamplingParams(temperature=0.0))
+    finally:
+        eng.close()
+    assert tok in plain.tokens and tok not in r.tokens
+    assert r.text != plain.text
+    assert r.text == native["content"]
