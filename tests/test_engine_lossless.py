@@ -123,15 +123,17 @@ def test_seeded_sampling_is_reproducible_and_speculation_keeps_it(f16_engine, f1
 def test_q4_divergence_only_at_near_ties(q4_engine):
     """On Q4_K_M weights a batched verify may flip a near-tie; show that it is one."""
     eng = q4_engine
-    checked = 0
+    accepted = same = 0
     for text in PROMPTS[:6]:
         prompt = eng.prompt_tokens(text=text)
         eng.set_spec(SpecParams())
         plain = eng.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY).tokens
         eng.set_spec(_spec(CHAIN))
-        spec = eng.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY).tokens
+        res = eng.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY)
+        spec = res.tokens
+        accepted += res.stats.n_accepted
         if spec == plain:
-            checked += 1
+            same += 1
             continue
         k = next(i for i, (x, y) in enumerate(zip(plain, spec)) if x != y)
         # the target's own logits at the divergence, decoded one token at a time
@@ -145,8 +147,9 @@ def test_q4_divergence_only_at_near_ties(q4_engine):
         top2 = set(np.argsort(logits)[-2:].tolist())
         assert {plain[k], spec[k]} == top2, "the diverging tokens are not the target's top two"
         assert margin < Q4_TIE, f"divergence at {k} is not a near-tie (margin {margin:.3f})"
-        checked += 1
-    assert checked == 6
+    # the speculative path was taken (drafts verified in batches and accepted), and most
+    # prompts do not meet a near-tie at all
+    assert accepted > 0 and same >= 3
 
 
 def test_events_stream_in_order_and_finish_once(f16_engine, f16_prompts):
