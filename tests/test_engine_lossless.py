@@ -235,3 +235,30 @@ def test_controller_on_an_explicit_chain_is_lossless(f16_engine, f16_prompts, no
     finally:
         f16_engine.cost_curve = saved
         f16_engine.set_spec(SpecParams())
+
+
+def test_seeded_sampling_with_every_type_and_automatic_equals_none(f16_engine):
+    """Sampled (seeded, F16) output with speculation is plain decoding's: the target samples
+    each verified position with the same random draws, one per token it keeps. The verify
+    batch's logits differ from one-token decoding's in the last bits (F16: up to 0.05 here),
+    so a draw that lands on a boundary may fall either way: at most one run of the 18 may
+    part from ``none``, and not at its first token."""
+    from tests.prompts import TEXT
+    eng = f16_engine
+    prompt = eng.prompt_tokens(text=f"{TEXT}\n\nRepeat the text above exactly.\n\n", raw=True)
+    types = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "auto"]
+    apart, accepted = [], {t: 0 for t in types}
+    for seed in (1, 2, 3):
+        sampling = SamplingParams(temperature=0.2, top_k=40, top_p=0.95, min_p=0.05, seed=seed)
+        eng.set_spec(SpecParams())
+        base = eng.run(prompt, max_tokens=48, sampling=sampling).tokens
+        for t in types:
+            eng.set_spec(SpecParams.auto() if t == "auto" else SpecParams.from_types(t))
+            r = eng.run(prompt, max_tokens=48, sampling=sampling)
+            accepted[t] += r.stats.n_accepted
+            if r.tokens != base:
+                k = next((i for i, (a, b) in enumerate(zip(base, r.tokens)) if a != b), min(len(base), len(r.tokens)))
+                apart.append((t, seed, k))
+    eng.set_spec(SpecParams())
+    assert all(n > 0 for n in accepted.values()), accepted     # drafts were accepted under sampling
+    assert len(apart) <= 1 and all(k > 0 for _, _, k in apart), apart
