@@ -215,8 +215,10 @@ def _shift_ngram_mod(s, history, n_keep, n_discard) -> None:
 
 
 def _shift_ngram_cache(s, history, n_keep, n_discard) -> None:
-    # the counts hold no positions; new tokens are counted from the end of the kept history
-    s.cache_size = len(history)
+    # the counts hold no positions; what the context cache has not counted yet (the last step's
+    # accepted tokens, at the end) moves down with the kept tokens and is counted at the next draft
+    seen = s.cache_size - n_discard if s.cache_size > n_keep + n_discard else min(s.cache_size, n_keep)
+    s.cache_size = max(0, min(len(history), seen))
     s._last_sources = []
 
 

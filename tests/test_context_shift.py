@@ -162,6 +162,7 @@ def test_speculators_see_the_kept_tokens_after_a_shift(engine, prompt):
             chain.accept(0)
         n_keep, n_discard = plan_shift(len(history), N_CTX, N_KEEP)
         kept = cut_tokens(history, n_keep, n_discard)
+        seen = {s.name: s for s in chain.speculators}["ngram-cache"].cache_size
         follow_shift(chain, kept, n_keep, n_discard)
         by = {s.name: s for s in chain.speculators}
         assert by["ngram-simple"]._hist.sync(kept)[0] == kept
@@ -169,7 +170,9 @@ def test_speculators_see_the_kept_tokens_after_a_shift(engine, prompt):
         assert m.size_last_begin == len(kept) and m.idx_last_check == len(kept) and m.keys == []
         mod = by["ngram-mod"]
         assert mod.i_last == len(kept) - mod.mod.get_n()
-        assert by["ngram-cache"].cache_size == len(kept)
+        # (asked only when the drafters before it had nothing: what it had not counted yet
+        # stays to count, at its new place)
+        assert seen > n_keep + n_discard and by["ngram-cache"].cache_size == seen - n_discard
         # and they draft from the kept history at once
         tail = kept[-20:]
         req = DraftRequest(prompt=kept + tail[:-1], id_last=tail[-1], pos0=len(kept) + 19, n_max=8)
@@ -248,3 +251,21 @@ def test_a_drafter_that_cannot_follow_ends_the_reply_at_the_limit(engine, late):
 def test_negative_n_keep_is_refused(engine, prompt):
     with pytest.raises(GenerationError, match="n_keep"):
         engine.run(prompt, max_tokens=4, context_shift=True, n_keep=-1)
+
+
+def test_ngram_cache_counts_the_last_steps_tokens_after_a_shift():
+    """The tokens accepted in the step that filled the context were not counted yet (the
+    context cache counts at its next draft); after the shift they are, at their new places."""
+    from speculators.ngram_cache import NgramCacheSpeculator
+    s = NgramCacheSpeculator()
+    history = list(range(100, 164))
+    s.draft(DraftRequest(prompt=history[:58], id_last=history[58], pos0=58))   # has seen 0..58
+    # that step accepted history[59:64]: the context is full and is cut
+    n_keep, n_discard = 4, 30
+    kept = cut_tokens(history, n_keep, n_discard)
+    follow_shift(SpeculatorChain([s]), kept, n_keep, n_discard)
+    assert s.cache_size == len(kept) - 5
+    s.draft(DraftRequest(prompt=kept, id_last=999, pos0=len(kept)))
+    assert s.context_cache[(history[60],)] == {history[61]: 1}
+    assert s.context_cache[(history[63],)] == {999: 1}
+    assert s.cache_size == len(kept) + 1
