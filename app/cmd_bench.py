@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
@@ -261,20 +262,37 @@ def measure_ceiling(engine, prompt: list[int], draft_len: int, reps: int = 8) ->
     return n / best if best > 0 else 0.0
 
 
-def _llama_cpp_python_once(llm, prompt: list[int], max_tokens: int) -> tuple[float, list[int]]:
-    """llama-cpp-python's own greedy generation; (seconds after the first token, tokens)."""
+def _llama_cpp_python_once(llm, prompt: list[int], max_tokens: int,
+                           stop: Sequence[str] = ()) -> tuple[float, list[int], int]:
+    """llama-cpp-python's own greedy generation, ending where the engine's does (an end-of-
+    generation token, a stop string, ``max_tokens``); (seconds after the first token, the
+    reply's tokens, the tokens generated: as the engine, those of a stop string count)."""
     llm.reset()
     out: list[int] = []
     t_first = None
+    text = b""
+    stops = [x.encode() for x in stop]
+    longest = max((len(x) for x in stops), default=0)
     for tok in llm.generate(prompt, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
         if t_first is None:
             t_first = time.perf_counter()
         if llm._model.token_is_eog(tok) if hasattr(llm._model, "token_is_eog") else tok == llm.token_eos():
             break
         out.append(tok)
+        if stop:
+            piece = llm.detokenize([tok])
+            text += piece
+            start = max(0, len(text) - len(piece) - longest)   # only where this token can end one
+            hits = [i for i in (text.find(x, start) for x in stops) if i >= 0]
+            if hits:
+                # as the engine: the reply ends before the stop string; tokens from there go
+                t_end, n_generated = time.perf_counter(), len(out)
+                while out and len(llm.detokenize(out[:-1])) >= min(hits):
+                    out.pop()
+                return t_end - t_first, out, n_generated
         if len(out) >= max_tokens:
             break
-    return (time.perf_counter() - t_first if t_first is not None else 0.0), out
+    return (time.perf_counter() - t_first if t_first is not None else 0.0), out, len(out)
 
 
 def bench_rows(args: argparse.Namespace, base_spec: SpecParams) -> list[tuple[str, SpecParams]]:
@@ -420,9 +438,10 @@ def run(args: argparse.Namespace) -> int:
         configs: list[tuple[str, SpecParams | None]] = []
         if not args.no_baseline:
             from llama_cpp import Llama
-            llm = Llama(model_path=model_path, n_ctx=ecfg.n_ctx, n_threads=ecfg.n_threads or None,
-                        n_threads_batch=ecfg.n_threads or None, n_gpu_layers=ecfg.n_gpu_layers,
-                        n_batch=ecfg.n_batch, verbose=False)
+            # the engine's own threads and batch (llama-cpp-python's default is half the cores)
+            threads = engine.ctx.n_threads
+            llm = Llama(model_path=model_path, n_ctx=ecfg.n_ctx, n_threads=threads, n_threads_batch=threads,
+                        n_gpu_layers=ecfg.n_gpu_layers, n_batch=ecfg.n_batch, verbose=False)
             configs.append(("llama-cpp-python", None))
         configs.append(("none", SpecParams()))
         configs.extend(row_specs)
@@ -441,10 +460,10 @@ def run(args: argparse.Namespace) -> int:
                 for name, sp in configs:
                     _progress(f"prompt {pi + 1}/{len(prompts)}, round {r + 1}/{rounds}: {name}")
                     if sp is None:
-                        t, out = _llama_cpp_python_once(llm, prompt, args.max_tokens)
-                        per_round[name].append(max(0, len(out) - 1) / t if t else 0.0)
+                        t, out, n_gen = _llama_cpp_python_once(llm, prompt, args.max_tokens, stop)
+                        per_round[name].append(max(0, n_gen - 1) / t if t else 0.0)
                         if name not in best or t < best[name][0]:
-                            best[name] = (t, out)
+                            best[name] = (t, out, n_gen)
                         continue
                     engine.set_spec(sp)
                     res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop)
@@ -457,12 +476,13 @@ def run(args: argparse.Namespace) -> int:
             for name, sp in configs:
                 row = rows[name]
                 if sp is None:
-                    t, out = best[name]
+                    t, out, n_gen = best[name]
+                    n = max(0, n_gen - 1)
                     row.seconds += t
-                    row.tokens += max(0, len(out) - 1)
+                    row.tokens += n
                     row.outputs[pi] = out
-                    per_prompt[name].append({"tokens": max(0, len(out) - 1), "seconds": round(t, 4),
-                                             "tokens_per_s": round(max(0, len(out) - 1) / t, 2) if t else 0.0})
+                    per_prompt[name].append({"tokens": n, "seconds": round(t, 4),
+                                             "tokens_per_s": round(n / t, 2) if t else 0.0})
                     continue
                 res = best[name]
                 row.outputs[pi] = res.tokens
@@ -478,8 +498,7 @@ def run(args: argparse.Namespace) -> int:
                 d["speedup_vs_none_paired"] = round(statistics.median(paired[name][pi]), 3) \
                     if paired[name][pi] else None
                 if name == "llama-cpp-python":
-                    o, n = row.outputs[pi], none_row.outputs[pi]
-                    d["equal_to_none"] = o[:len(n)] == n[:len(o)]
+                    d["equal_to_none"] = row.outputs[pi] == none_row.outputs[pi]
                 elif name != "none":
                     d["equal_to_none"] = row.outputs[pi] == none_row.outputs[pi]
             row.per_prompt = per_prompt[name]

@@ -103,6 +103,9 @@ def test_bench_reports_every_type_side_by_side(f16_model_path, tmp_path):
     rows = {row["name"]: row for row in rep["rows"]}
     assert rows["none"]["speedup_vs_none"] == 1.0
     assert rep["none_vs_llama_cpp_python"] > 0
+    # the reference row generates what none does, ending where it ends (F16: the same tokens)
+    assert rows["llama-cpp-python"]["equal_to_none"] is True
+    assert rows["llama-cpp-python"]["tokens"] == rows["none"]["tokens"]
     for name in ("ngram-simple", "ngram-mod", "ngram-simple,ngram-mod"):
         row = rows[name]
         assert row["equal_to_none"] is True  # F16: lossless
