@@ -330,7 +330,8 @@ def chat_to_markdown(chat: Chat) -> str:
         out += ["## System", "", chat.system_prompt.strip(), ""]
     for m in chat.messages:
         who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role.title())
-        out += [f"## {who}", "", m.content.rstrip(), ""]
+        body = m.content.rstrip()
+        out += [f"## {who}", "", fence_as_typed(body) if m.role == "user" else body, ""]
         if m.role == "assistant":
             # the same line as under the reply in the chat
             from .figures import reply_footer
@@ -338,6 +339,33 @@ def chat_to_markdown(chat: Chat) -> str:
             if note:
                 out += [f"<sub>{note}</sub>", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def fence_as_typed(text: str) -> str:
+    r"""What a person typed, for Markdown: a message of several lines (pasted code, a log, a
+    list as typed) goes in a fence longer than any inside it, so it reads as it was sent;
+    one line stays text::
+
+        >>> print(fence_as_typed("def f(x):\n    return x  # *not* emphasis"))
+        ```
+        def f(x):
+            return x  # *not* emphasis
+        ```
+        >>> print(fence_as_typed("see:\n```py\nx = 1\n```"))
+        ````
+        see:
+        ```py
+        x = 1
+        ```
+        ````
+        >>> fence_as_typed("What is 2 * 3?")
+        'What is 2 * 3?'
+    """
+    if "\n" not in text.strip():
+        return text
+    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}\n{text}\n{ticks}"
 
 
 def slugify(title: str) -> str:

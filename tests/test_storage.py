@@ -158,3 +158,15 @@ def test_a_process_killed_mid_write_leaves_every_committed_message_whole(tmp_pat
     last = chat.messages[-1]
     assert last.content in ("message %d" % last.seq, expected)
     h.close()
+
+
+def test_pasted_code_is_fenced_in_the_export():
+    h = History()
+    c = h.create_chat()
+    code = "Why does this fail?\ndef f(x):\n    return x * 2  # **bold?**\n```\nnested\n```"
+    h.add_message(c, "user", code)
+    h.add_message(c, "assistant", "Because *reasons*.")
+    md = h.export_markdown(c)
+    assert f"## You\n\n````\n{code}\n````\n" in md             # a fence longer than the one inside
+    assert "## Assistant\n\nBecause *reasons*." in md          # the model's Markdown stays Markdown
+    h.close()

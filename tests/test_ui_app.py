@@ -740,3 +740,19 @@ async def test_with_a_core_to_spare_each_update_is_painted_as_it_comes():
         assert app.paint_every_s() == (0.0 if cores >= 2 else app.PAINT_EVERY_CONTENDED_S)
         engine.ctx = None                          # an engine that does not say: as it comes
         assert app.paint_every_s() == 0.0
+
+
+async def test_chats_with_the_same_title_are_told_apart():
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send_and_wait(pilot, app, "hello")
+        app.action_new_chat()
+        await send_and_wait(pilot, app, "hello")
+        assert [c.title for c in app.history.list_chats()] == ["hello", "hello"]
+        await pilot.press("f2")
+        await pilot.pause()
+        from textual.widgets import OptionList
+        ol = app.screen.query_one(OptionList)
+        rows = [str(ol.get_option_at_index(i).prompt) for i in range(ol.option_count)]
+        assert len(set(rows)) == 2
+        assert "hello (2)" in rows[0] and "started" in rows[0] and "started" in rows[1]

@@ -189,6 +189,32 @@ def _ago(t: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(t))
 
 
+def chat_labels(chats: Sequence[ChatSummary]) -> dict[int, tuple[str, str]]:
+    """Per chat id: the title to show and, for titles that repeat, when it was started; the
+    second and later chats of a title are numbered in the order they were started::
+
+        >>> from app.storage import ChatSummary
+        >>> cs = [ChatSummary(3, "Hello", 30.0, 20.0, 2), ChatSummary(2, "Plan", 10.0, 9.0, 4),
+        ...       ChatSummary(1, "Hello", 5.0, 1.0, 2)]
+        >>> [chat_labels(cs)[c.id][0] for c in cs]          # the list, newest first
+        ['Hello (2)', 'Plan', 'Hello']
+        >>> chat_labels(cs)[2][1]
+        ''
+    """
+    by_title: dict[str, list[ChatSummary]] = {}
+    for c in chats:
+        by_title.setdefault(c.title, []).append(c)
+    out: dict[int, tuple[str, str]] = {}
+    for title, same in by_title.items():
+        if len(same) == 1:
+            out[same[0].id] = (title, "")
+            continue
+        for n, c in enumerate(sorted(same, key=lambda c: (c.created, c.id)), 1):
+            out[c.id] = (title if n == 1 else f"{title} ({n})",
+                         time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created)))
+    return out
+
+
 @dataclass
 class ChatsResult:
     """What the person chose in the chats list: ``resume``, ``new`` or ``export`` (with the chat)."""
@@ -265,11 +291,13 @@ class ChatsScreen(ModalScreen[ChatsResult | None]):
     def refresh_list(self, select: int | None = None) -> None:
         ol = self.query_one(OptionList)
         ol.clear_options()
+        labels = chat_labels(self.chats)
         for c in self.chats:
             mark = "● " if c.id == self.current else "  "
+            title, started = labels[c.id]
             # the subtitle is dimmed, not given a colour: it stays readable on the highlighted row
-            prompt = Content.assemble((mark, "$accent"), (c.title, "bold"), "\n",
-                                      (f"    {_ago(c.updated)} · {c.n_messages} messages", "dim"))
+            sub = f"    {_ago(c.updated)} · {c.n_messages} messages" + (f" · started {started}" if started else "")
+            prompt = Content.assemble((mark, "$accent"), (title, "bold"), "\n", (sub, "dim"))
             ol.add_option(Option(prompt, id=str(c.id)))
         if not self.chats:
             ol.add_option(Option(Content.styled("No saved chats yet — send a message to start one.", "dim"),
