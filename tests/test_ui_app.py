@@ -442,7 +442,7 @@ async def test_statistics_panel_shows_per_speculator_figures_and_bars():
         await send_and_wait(pilot, app)
         await pilot.press("f4")
         await pilot.pause()
-        text = str(app.query_one(StatsPanel).render())
+        text = str(app.query_one(StatsPanel).body.render())
         assert "ngram-mod" in text and "ngram-simple" in text
         assert "acceptance by draft position" in text and "█" in text
         assert "tokens gen/acc 2/2 (100%)" in text
@@ -756,3 +756,30 @@ async def test_chats_with_the_same_title_are_told_apart():
         rows = [str(ol.get_option_at_index(i).prompt) for i in range(ol.option_count)]
         assert len(set(rows)) == 2
         assert "hello (2)" in rows[0] and "started" in rows[0] and "started" in rows[1]
+
+
+async def test_the_statistics_panel_scrolls_from_the_keyboard_and_explains_its_terms():
+    app, engine = make_app()
+    async with app.run_test(size=(120, 24)) as pilot:
+        await send_and_wait(pilot, app)
+        await pilot.press("f4")
+        await pilot.pause()
+        panel = app.query_one(StatsPanel)
+        text = str(panel.body.render())
+        assert "What the terms mean" in text and "calls b/g/a:" in text and "cold" in text
+        for _ in range(6):                        # Tab reaches it
+            if app.focused is panel:
+                break
+            await pilot.press("tab")
+            await pilot.pause()
+        assert app.focused is panel
+        assert panel.max_scroll_y > 0             # more than fits at 24 rows
+        await pilot.press("end")
+        await pilot.pause(0.3)
+        assert panel.scroll_y == panel.max_scroll_y
+        await pilot.press("home")
+        await pilot.pause(0.3)
+        assert panel.scroll_y == 0
+        await pilot.press("pagedown")
+        await pilot.pause(0.3)
+        assert panel.scroll_y > 0

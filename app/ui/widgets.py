@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Region
 from textual.content import Content, Span
 from textual.message import Message
@@ -718,15 +718,43 @@ class Legend(OneLine):
         self.set_line(content.truncate(width, ellipsis=True))
 
 
-class StatsPanel(Static):
-    """Per-speculator statistics of the session and acceptance by draft position."""
+#: what F4's terms mean, at the end of the panel
+STATS_TERMS = (
+    ("calls b/g/a", "how often the speculator was told a reply Began, asked to Generate a draft, "
+                    "and told how much of its draft was Accepted (llama.cpp's #calls(b,g,a))"),
+    ("ms b/g/a", "time spent in those three calls"),
+    ("drafts gen/acc", "drafts made / drafts of which at least one token was accepted"),
+    ("mean acc len", "1 + accepted tokens per verified draft, as llama.cpp reports it"),
+    ("on / cold", "Automatic's view: on = its drafts are worth verifying now; cold = not at the "
+                  "moment (asked only now and then, to see whether that changed). acc is the "
+                  "acceptance it expects, gain the speed-up it expects from verifying"),
+)
+
+
+class StatsPanel(VerticalScroll, can_focus=True):
+    """Per-speculator statistics of the session and acceptance by draft position.
+
+    Tab reaches it; the arrows, PageUp/PageDown and Home/End scroll it (a scroll
+    container's own keys). The text is :attr:`body`."""
 
     DEFAULT_CSS = """
     StatsPanel {
         width: 40%; min-width: 30; max-width: 44; dock: right; height: 1fr; padding: 0 1;
-        background: $surface; border-left: tall $panel; overflow-y: auto;
+        background: $surface; border-left: tall $panel; scrollbar-size-vertical: 1;
     }
+    StatsPanel:focus { border-left: tall $primary; }
+    StatsPanel > Static { height: auto; }
     """
+
+    def __init__(self, **kw: Any):
+        super().__init__(**kw)
+        self.body = Static("")
+
+    def compose(self) -> ComposeResult:
+        yield self.body
+
+    def update(self, content: Any) -> None:
+        self.body.update(content)
 
     def show_stats(self, session: SessionStats, live: bool, styles: Mapping[str, Style],
                    lookup: Mapping[str, Any] | None = None) -> None:
@@ -785,6 +813,11 @@ class StatsPanel(Static):
             pending = lookup.get("pending_entries") or 0
             if pending:
                 lines.append(Content.styled(f" {pending:,} entries learned, not saved yet", "$foreground-muted"))
+        if session.speculators or ctl is not None:
+            lines.append(Content(""))
+            lines.append(Content.styled("What the terms mean", "bold $secondary"))
+            for term, meaning in STATS_TERMS:
+                lines.append(Content.assemble((f" {term}: ", "bold"), (meaning, "$foreground-muted")))
         self.update(Content("\n").join(lines))
 
 
