@@ -783,3 +783,17 @@ async def test_the_statistics_panel_scrolls_from_the_keyboard_and_explains_its_t
         await pilot.press("pagedown")
         await pilot.pause(0.3)
         assert panel.scroll_y > 0
+
+
+async def test_the_legend_keeps_its_labels_at_100_columns_with_six_speculators():
+    six = "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache,draft-simple"
+    app, engine = make_app(spec=six)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.pause()
+        assert len(app.session.active_types) == 6
+        line = str(app.query_one(Legend).render())
+        assert line.startswith("drafted by") and "plain: the model" in line, line
+        for name in ("simple", "map-k", "map-k4v", "mod", "cache", "draft"):
+            assert f" {name} " in line or f"■ {name}" in line, (name, line)
+        assert "…" not in line

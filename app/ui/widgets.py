@@ -665,7 +665,10 @@ class TopBar(OneLine):
 
 
 def short_name(t: str) -> str:
-    """``ngram-map-k4v`` -> ``map-k4v``, ``draft-mtp`` -> ``mtp`` (for narrow terminals)."""
+    """``ngram-map-k4v`` -> ``map-k4v``, ``draft-mtp`` -> ``mtp``, ``draft-simple`` -> ``draft``
+    (``simple`` is ngram-simple's) -- for narrow terminals."""
+    if t == "draft-simple":
+        return "draft"
     for prefix in ("ngram-", "draft-"):
         if t.startswith(prefix):
             return t[len(prefix):]
@@ -702,16 +705,21 @@ class Legend(OneLine):
             self.set_line(Content.assemble(("  F3 ", "bold $accent"), ("settings  ", "$foreground-muted"),
                                          (msg, "$foreground-muted")).truncate(width, ellipsis=True))
             return
-        for full, names in ((True, list(types)), (False, list(types)), (False, [short_name(t) for t in types])):
-            pieces: list[Any] = [("drafted by ", "$foreground-muted")] if full else []
+        long, short = list(types), [short_name(t) for t in types]
+        # the labels stay as long as they can: names are shortened first, then the gaps, then
+        # the words around them go
+        tries = ((True, long, "  ", "   plain: the model itself"), (True, short, "  ", "   plain: the model itself"),
+                 (True, short, " ", "  plain: the model"), (False, short, " ", ""))
+        for prefix, names, gap, plain in tries:
+            pieces: list[Any] = [("drafted by ", "$foreground-muted")] if prefix else []
             for i, (t, label) in enumerate(zip(types, names)):
                 if i:
-                    pieces.append("  " if full else " ")
+                    pieces.append(gap)
                 st = styles.get(t)
                 pieces.append(Content.styled(f" {label} ", st) if st is not None and st.background
                               else Content.styled(f"■ {label}", st or ""))
-            if full:
-                pieces.append(("   plain: the model itself", "$foreground-muted"))
+            if plain:
+                pieces.append((plain, "$foreground-muted"))
             content = Content.assemble(*pieces)
             if content.cell_length <= width:
                 break
