@@ -73,7 +73,7 @@ def test_no_user_dir_is_fine(tmp_path):
 #    passes for plain text.
 
 MIN_DE_PAIR = 15.0
-MIN_DE_TEXT = 10.0
+MIN_DE_TEXT = 15.0
 MIN_CONTRAST = 3.0
 BACKGROUNDS = ("background", "surface", "panel")
 
