@@ -284,3 +284,33 @@ def test_the_runner_crashing_mid_reply_leaves_the_chat_running(tmux, tmp_path, d
     h.close()
     tmux.keys("C-q")
     tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
+
+
+def test_the_first_run_shows_the_default_models_preparation_then_chats(tmux, tmp_path, private_dirs):
+    """A fresh data folder: the embedded default model is assembled with a progress bar in
+    the chat, then loaded ("Loading the model…", no bar stuck at 100 %), then the chat is ready."""
+    from app.models import default_model_path as where
+    assert not where().exists()
+    tmux.start([*draftlight_command(), "--spec-type", "none", "-t", "2", "-n", "8"], tmp_path / "pid")
+    seen = tmux.wait_for(r"Preparing the default model \(first run\)", timeout=60)
+    assert re.search(r"\d+%", seen), seen
+    states = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        s = tmux.screen()
+        if "Preparing the default model" in s:
+            states.add("100%" if "100%" in s else "preparing")
+        if "Loading the model…" in s:
+            states.add("loading")
+        if re.search(r"ready\s*$", s, re.M):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("not ready:\n" + tmux.screen())
+    assert "preparing" in states and "loading" in states, states
+    tmux.keys("Hello", literal=True)
+    tmux.keys("Enter")
+    tmux.wait_reply_done()
+    assert where().exists()                                  # kept for the next start
+    tmux.keys("C-q")
+    tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)

@@ -880,6 +880,9 @@ class LoadPanel(Vertical):
         title = {"assemble": "Preparing the default model (first run)…",
                  "verify": "Checking the default model…",
                  "probe": "Checking once which llama.cpp CPU kernels work here…"}.get(phase, "Loading the model…")
+        if phase in ("assemble", "verify") and total > 0 and done >= total:
+            # prepared: what follows (the runner starting, the weights loading) has no steps to count
+            title, done, total = "Loading the model…", 0, 0
         self.query_one("#load-title", Static).update(title)
         bar = self.query_one("#load-bar", ProgressBar)
         if total > 0:
