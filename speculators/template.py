@@ -29,10 +29,37 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 # print("User:", name)) is not cut. The engine cuts a stop string from the
 # reply and never shows it while it forms; the whitespace before it goes with
 # it, so "...complete? User:" ends the reply at "...complete?".
-FALLBACK_PREAMBLE = "A conversation between a curious user and a helpful, knowledgeable assistant."
+# A base model follows a request only as well as the transcript shows it how: without worked
+# exchanges the 270M default model answered a copy request ("Repeat this list exactly: ...") with
+# a remark about it -- 1 of 30 sampled replies copied the text (tools/bench_copy.py). With the
+# exchanges below, that copy a pasted text whichever way it is asked, 21 of 30 do, and ordinary
+# questions still get answers (17 of 18; 18 before). What they copy lights up: the n-gram
+# drafters find the pasted text in the prompt.
+FALLBACK_SCENE = "A conversation between a curious user and a helpful, knowledgeable assistant."
+FALLBACK_PREAMBLE = (
+    FALLBACK_SCENE + " The assistant "
+    "answers questions in a few sentences. When the user asks it to repeat, copy or quote a text, "
+    "the assistant writes out that text exactly, word for word, and nothing else.\n\n"
+    "User: Repeat this list exactly: bread, milk, eggs, butter, cheese.\n"
+    "Assistant: bread, milk, eggs, butter, cheese.\n"
+    "User: What is the largest planet?\n"
+    "Assistant: Jupiter is the largest planet in the solar system.\n"
+    "User: Copy this text exactly: The train leaves at six from platform two. Tickets are sold on board, "
+    "and the last stop is Glasgow Central.\n"
+    "Assistant: The train leaves at six from platform two. Tickets are sold on board, and the last stop "
+    "is Glasgow Central.\n"
+    "User: How many legs does a spider have?\n"
+    "Assistant: A spider has eight legs.\n"
+    "User: Repeat after me: a stitch in time saves nine.\n"
+    "Assistant: a stitch in time saves nine.\n"
+    "User: Copy the following code exactly:\nfor i in range(3):\n    print(i)\n"
+    "Assistant: for i in range(3):\n    print(i)\n"
+    "User: Please quote this sentence word for word: Keep calm and carry on, whatever happens.\n"
+    "Assistant: Keep calm and carry on, whatever happens.\n"
+)
 FALLBACK_TEMPLATE = (
     "{{ bos_token }}"
-    "{% if not messages or messages[0].role != 'system' %}" + FALLBACK_PREAMBLE + "\n\n{% endif %}"
+    "{% if not messages or messages[0].role != 'system' %}" + FALLBACK_PREAMBLE + "{% endif %}"
     "{% for m in messages %}"
     "{% if m.role == 'system' %}{{ m.content }}\n\n"
     "{% elif m.role == 'user' %}User: {{ m.content }}\n"

@@ -38,8 +38,13 @@ def test_models_without_a_template_chat_through_a_transcript():
     assert t.is_fallback and t.stop_strings == FALLBACK_STOP
     out = t.render(MSGS + [{"role": "assistant", "content": " Hello! "}, {"role": "user", "content": "Bye"}])
     assert out == "<bos>Be brief.\n\nUser: Hi\nAssistant: Hello!\nUser: Bye\nAssistant:"
-    # without a system prompt, a short preamble sets the scene
-    assert ChatTemplate(None).render([{"role": "user", "content": "Hi"}]).endswith("\n\nUser: Hi\nAssistant:")
+    # without a system prompt, a preamble sets the scene: a description, then worked exchanges
+    # that show the base model a copy request answered by the text itself
+    from speculators.template import FALLBACK_PREAMBLE
+    assert ChatTemplate(None).render([{"role": "user", "content": "Hi"}]) == FALLBACK_PREAMBLE + "User: Hi\nAssistant:"
+    lines = FALLBACK_PREAMBLE.splitlines()
+    asks = [i for i, ln in enumerate(lines) if ln.startswith("User: Repeat this list exactly: ")]
+    assert asks and lines[asks[0] + 1] == "Assistant: " + lines[asks[0]].split("exactly: ", 1)[1]
 
 
 class _WordModel:

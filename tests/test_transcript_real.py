@@ -13,7 +13,7 @@ import re
 import pytest
 
 from speculators.sampling import SamplingParams
-from speculators.template import FALLBACK_PREAMBLE
+from speculators.template import FALLBACK_SCENE
 
 GREEDY = SamplingParams(temperature=0.0)
 LABEL = re.compile(r"(?:^|\s)(?:User|Assistant)\s?:")
@@ -55,9 +55,10 @@ def _ends_at_a_label(eng, prompt):
 
 def test_repeated_assistant_lines_end_the_reply(eng):
     """The "repeat the code" run-on: line after line of "Assistant: print('hi')", to the limit."""
-    prompt = eng.prompt_tokens([{"role": "user", "content": "Repeat this code: print('hi')"},
-                                {"role": "assistant", "content": "print('hi')"},
-                                {"role": "assistant", "content": "print('hi')"}])
+    # the transcript as the template wrote it when the defect was seen (the scene alone, no
+    # worked exchanges): the model's run-on there is what the stop strings must end
+    prompt = eng.prompt_tokens(text=FALLBACK_SCENE + "\n\nUser: Repeat this code: print('hi')\n"
+                               "Assistant: print('hi')\nAssistant: print('hi')\nAssistant:", raw=True)
     r = _ends_at_a_label(eng, prompt)
     old = eng.run(prompt, max_tokens=len(r.tokens) + 12, sampling=GREEDY, stop=OLD_STOP)
     assert old.finish_reason == "length" and "\nAssistant:" in old.text  # the defect, before
@@ -65,7 +66,7 @@ def test_repeated_assistant_lines_end_the_reply(eng):
 
 def test_a_turn_started_mid_line_ends_the_reply(eng):
     """"...complete? User: I'd love to see the list. Assistant: ...": turns on one line."""
-    text = (FALLBACK_PREAMBLE + "\n\nUser: Hi! Assistant: Hello! "
+    text = (FALLBACK_SCENE + "\n\nUser: Hi! Assistant: Hello! "
             "User: Can you list five museums in Paris? Assistant:")
     prompt = eng.prompt_tokens(text=text, raw=True)
     r = _ends_at_a_label(eng, prompt)

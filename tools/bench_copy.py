@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""How often the default model does what a copy request asks, at the chat's default settings.
+
+    python tools/bench_copy.py [-m MODEL] [--seeds 3] [-n 160]
+
+For each request of ``COPY_REQUESTS`` (repeat / quote / copy / rewrite-with-the-same-words a
+text pasted into the message) and each seed, the chat's own prompt (its template, no system
+prompt, ``auto`` speculation, the default sampling: temperature 0.8, top-k 40, top-p 0.95,
+min-p 0.05) is answered by the engine; a reply *copies* when it holds at least 80 % of the
+pasted text's words in order, and *lights up* when drafts were accepted in it. Also prints,
+for ``QUESTIONS`` (ordinary questions), how many replies are answers at all (not empty, not
+the question said back) -- the check that copy-friendliness made nothing worse.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+COPY_REQUESTS = [
+    ("Repeat this list exactly: apples, pears, plums, cherries, grapes, lemons, limes, figs.",
+     "apples, pears, plums, cherries, grapes, lemons, limes, figs."),
+    ("Quote the following paragraph: The river rose in the night and by morning the low fields were "
+     "under water. The farmers moved their animals to the hill and waited.",
+     "The river rose in the night and by morning the low fields were under water. The farmers moved "
+     "their animals to the hill and waited."),
+    ("Copy this text exactly: Meeting moved to Thursday at ten. Bring the budget notes and the "
+     "printed schedule.", "Meeting moved to Thursday at ten. Bring the budget notes and the printed schedule."),
+    ("Repeat after me: the quick brown fox jumps over the lazy dog near the old stone bridge.",
+     "the quick brown fox jumps over the lazy dog near the old stone bridge."),
+    ("Please repeat this sentence word for word: Our office will be closed on Monday for the holiday.",
+     "Our office will be closed on Monday for the holiday."),
+    ("Copy the following code exactly:\ndef area(w, h):\n    return w * h\n\nprint(area(3, 4))",
+     "def area(w, h):\n    return w * h\n\nprint(area(3, 4))"),
+    ("Repeat this address: 14 Harbour Street, Flat 3, Leith, Edinburgh EH6 6JJ.",
+     "14 Harbour Street, Flat 3, Leith, Edinburgh EH6 6JJ."),
+    ("Quote this line back to me: All that glitters is not gold; often have you heard that told.",
+     "All that glitters is not gold; often have you heard that told."),
+    ("Write this out again exactly as it is: red, orange, yellow, green, blue, indigo, violet.",
+     "red, orange, yellow, green, blue, indigo, violet."),
+    ("Repeat the following text: Water boils at one hundred degrees at sea level and at lower "
+     "temperatures higher up.", "Water boils at one hundred degrees at sea level and at lower temperatures higher up."),
+]
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Why is the sky blue?",
+    "Give me three tips for sleeping better.",
+    "What does a bee do in winter?",
+    "How do I boil an egg?",
+    "Who wrote Romeo and Juliet?",
+]
+
+
+def words(s: str) -> list[str]:
+    return re.findall(r"\w+|[^\w\s]", s.lower())
+
+
+def copies(reply: str, text: str, need: float = 0.8) -> bool:
+    """At least ``need`` of the text's words appear in the reply, in order."""
+    a, b = words(text), words(reply)
+    if not a:
+        return False
+    m = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return sum(bl.size for bl in m.get_matching_blocks()) / len(a) >= need
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("-n", type=int, default=160)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--temp", type=float, default=None, help="default: the chat's default temperature")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    a = ap.parse_args()
+
+    from app.options import ModelOptions
+    from app.runtime import open_engine
+    from speculators.params import SpecParams
+    from speculators.sampling import SamplingParams
+
+    eng = open_engine(ModelOptions(model=a.model, threads=a.threads), SpecParams.auto())
+
+    def sampling(seed: int) -> SamplingParams:
+        s = SamplingParams(seed=seed)
+        if a.temp is not None:
+            s.temperature = a.temp
+        return s
+    stop = tuple(eng.template.stop_strings)
+    n_copy = n_lit = n_all = 0
+    for req, text in COPY_REQUESTS:
+        for seed in range(1, a.seeds + 1):
+            r = eng.run(eng.prompt_tokens([{"role": "user", "content": req}]), max_tokens=a.n,
+                        sampling=sampling(seed), stop=stop)
+            ok, lit = copies(r.text, text), r.stats.n_accepted > 0
+            n_all += 1
+            n_copy += ok
+            n_lit += ok and lit
+            if a.verbose:
+                print(f"{'COPY' if ok else 'miss'} {'lit ' if lit else 'dark'} {req[:40]!r} -> {r.text[:80]!r}")
+    n_ans = 0
+    for q in QUESTIONS:
+        for seed in range(1, a.seeds + 1):
+            r = eng.run(eng.prompt_tokens([{"role": "user", "content": q}]), max_tokens=a.n,
+                        sampling=sampling(seed), stop=stop)
+            ans = len(words(r.text)) >= 1 and not copies(r.text, q, 0.9)
+            n_ans += ans
+            if a.verbose:
+                print(f"{'ans ' if ans else 'BAD '} {q!r} -> {r.text[:80]!r}")
+    eng.close()
+    nq = len(QUESTIONS) * a.seeds
+    print(f"copy requests: {n_copy}/{n_all} copied ({100 * n_copy / n_all:.0f}%), "
+          f"{n_lit}/{n_all} copied with accepted drafts ({100 * n_lit / n_all:.0f}%; target >= 80%)")
+    print(f"ordinary questions: {n_ans}/{nq} answered ({100 * n_ans / nq:.0f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
