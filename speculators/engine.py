@@ -230,7 +230,9 @@ class Engine:
             if raw:
                 return self.model.tokenize(text, add_special=True, parse_special=False)
             messages = [{"role": "user", "content": text}]
-        rendered = self.template.render(messages, add_generation_prompt=True)
+        from .template import MIN_CTX_FOR_EXAMPLES
+        rendered = self.template.render(messages, add_generation_prompt=True,
+                                        worked_examples=self.ctx.n_ctx >= MIN_CTX_FOR_EXAMPLES)
         toks = self.model.tokenize(rendered, add_special=False, parse_special=True)
         info = self.model.info
         if info.add_bos and info.bos >= 0 and (not toks or toks[0] != info.bos):

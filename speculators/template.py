@@ -36,10 +36,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 # questions still get answers (17 of 18; 18 before). What they copy lights up: the n-gram
 # drafters find the pasted text in the prompt.
 FALLBACK_SCENE = "A conversation between a curious user and a helpful, knowledgeable assistant."
-FALLBACK_PREAMBLE = (
+FALLBACK_RULE = (
     FALLBACK_SCENE + " The assistant "
     "answers questions in a few sentences. When the user asks it to repeat, copy or quote a text, "
     "the assistant writes out that text exactly, word for word, and nothing else.\n\n"
+)
+#: worked exchanges, shown where the context has room for them (see MIN_CTX_FOR_EXAMPLES)
+FALLBACK_EXAMPLES = (
     "User: Repeat this list exactly: bread, milk, eggs, butter, cheese.\n"
     "Assistant: bread, milk, eggs, butter, cheese.\n"
     "User: What is the largest planet?\n"
@@ -57,9 +60,13 @@ FALLBACK_PREAMBLE = (
     "User: Please quote this sentence word for word: Keep calm and carry on, whatever happens.\n"
     "Assistant: Keep calm and carry on, whatever happens.\n"
 )
+FALLBACK_PREAMBLE = FALLBACK_RULE + FALLBACK_EXAMPLES
+#: the exchanges take ~250 tokens of every prompt: only in contexts of at least this size
+MIN_CTX_FOR_EXAMPLES = 2048
 FALLBACK_TEMPLATE = (
     "{{ bos_token }}"
-    "{% if not messages or messages[0].role != 'system' %}" + FALLBACK_PREAMBLE + "{% endif %}"
+    "{% if not messages or messages[0].role != 'system' %}" + FALLBACK_RULE
+    + "{% if worked_examples %}" + FALLBACK_EXAMPLES + "{% endif %}{% endif %}"
     "{% for m in messages %}"
     "{% if m.role == 'system' %}{{ m.content }}\n\n"
     "{% elif m.role == 'user' %}User: {{ m.content }}\n"
@@ -96,11 +103,15 @@ class ChatTemplate:
         except TemplateError as e:
             raise ChatTemplateError(f"the model's chat template does not parse: {e}") from None
 
-    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+               worked_examples: bool = True) -> str:
+        """``worked_examples``: the fallback transcript's example exchanges (a model's own
+        template ignores it)."""
         try:
             return self._template.render(
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
+                worked_examples=worked_examples,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
             )
