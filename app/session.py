@@ -281,8 +281,10 @@ class ChatSession:
         self.use_lookup_store = use_lookup_store
         #: the lookup caches of the loaded model's vocabulary (when ngram-cache is in use)
         self.store: Any = None
-        #: (engine, store) a settings change opened whose SpecApplied is not applied yet
+        #: (engine, store) a settings change opened whose SpecApplied is not applied yet; its own
+        #: lock (the owner thread must never wait for engine_lock, which a reply holds throughout)
         self._spec_store: tuple[Any, Any] | None = None
+        self._spec_store_lock = threading.Lock()
         self.lookup_last_save: dict | None = None
         self.chat_id: int | None = None
         self.title = ""
@@ -460,11 +462,13 @@ class ChatSession:
             # a store an earlier change opened (its SpecApplied not applied yet) is the one to use:
             # two quick changes open the caches once
             store, warnings = self.store, []
-            if store is None and self._spec_store is not None and self._spec_store[0] is engine:
-                store = self._spec_store[1]
+            with self._spec_store_lock:
+                if store is None and self._spec_store is not None and self._spec_store[0] is engine:
+                    store = self._spec_store[1]
             if store is None:
                 store, warnings = self._open_store(engine, spec)
-                self._spec_store = (engine, store) if store is not None else None
+                with self._spec_store_lock:
+                    self._spec_store = (engine, store) if store is not None else None
             try:
                 chain = engine.set_spec(spec, resources=store.resources() if store is not None else None)
             except Exception as e:
@@ -663,7 +667,7 @@ class ChatSession:
         if ev.store is not None and ev.store is not self.store:
             old, self.store = self.store, ev.store
             self._closing_store(old)
-        with self.engine_lock:
+        with self._spec_store_lock:
             if self._spec_store is not None and self._spec_store[1] is self.store:
                 self._spec_store = None
 
