@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from speculators.base import mean_acceptance_length
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
 from speculators.types import parse_types
@@ -112,6 +113,7 @@ class Row:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self, base_tps: float | None) -> dict:
+        mal = mean_acceptance_length(self.acc_tokens, self.accept_calls)
         return {
             "name": self.name,
             "tokens": self.tokens,
@@ -121,8 +123,7 @@ class Row:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None,
-            # llama.cpp's: 1 + accepted draft tokens per verified draft
-            "mean_acceptance_length": round(1 + self.acc_tokens / self.accept_calls, 3) if self.accept_calls else None,
+            "mean_acceptance_length": round(mal, 3) if mal is not None else None,
             "draft_ms_per_call": round(self.draft_us / self.draft_calls / 1000, 4) if self.draft_calls else None,
             "mean_draft_len": round(self.mean_draft_len, 2),
             "ceiling_tokens_per_s": round(self.ceiling_tps, 2) if self.ceiling_tps else None,

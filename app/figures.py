@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from speculators.base import SpeculatorStats
+from speculators.base import SpeculatorStats, mean_acceptance_length
 from speculators.events import GenerationStats, TokenEvent
 
 
@@ -114,7 +114,7 @@ class ReplyFigures:
     @property
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted draft tokens per verified draft (llama.cpp's ``mean acc len``)."""
-        return 1.0 + self.n_acc_tokens / self.n_accept_calls if self.n_accept_calls else None
+        return mean_acceptance_length(self.n_acc_tokens, self.n_accept_calls)
 
     def accepted_text(self) -> str:
         s = f"accepted {self.n_accepted}"

@@ -46,6 +46,17 @@ class DraftRequest:
     n_max: int = -1
 
 
+
+def mean_acceptance_length(n_acc_tokens: int, n_call_accept: int) -> float | None:
+    """llama.cpp's ``mean acc len`` (``print_stats``): 1 + accepted draft tokens per verified
+    draft; None when no draft was verified. The one definition the footer, F4, bench and the
+    export use::
+
+        >>> mean_acceptance_length(6, 4), mean_acceptance_length(0, 0)
+        (2.5, None)
+    """
+    return 1.0 + n_acc_tokens / n_call_accept if n_call_accept else None
+
 @dataclass
 class SpeculatorStats:
     """Counters of ``common_speculative_impl``; see :meth:`summary`."""
@@ -67,9 +78,7 @@ class SpeculatorStats:
     @property
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted tokens per accept call, as ``print_stats`` reports it."""
-        if self.n_call_accept == 0:
-            return None
-        return 1.0 + self.n_acc_tokens / self.n_call_accept
+        return mean_acceptance_length(self.n_acc_tokens, self.n_call_accept)
 
     @property
     def acceptance_rate_per_pos(self) -> list[float]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import SpeculatorStats
+from .base import SpeculatorStats, mean_acceptance_length
 from .controller import ControllerStats
 
 
@@ -97,8 +97,7 @@ class GenerationStats:
             >>> g.mean_acceptance_length
             2.5
         """
-        calls = self.n_accept_calls
-        return 1.0 + sum(s.n_acc_tokens for s in self.speculators.values()) / calls if calls else None
+        return mean_acceptance_length(sum(s.n_acc_tokens for s in self.speculators.values()), self.n_accept_calls)
 
     @property
     def tokens_per_step(self) -> float | None:
