@@ -617,18 +617,23 @@ class ChatSession:
                     t.text = stripped
                 job.turn.tokens.append(t)
                 job.turn.arrived.append(now)
-            post = not job.signalled
-            job.signalled = True
+            post = self._signal(job)
         if post:
             self.post(ReplyProgress(job.turn.key))
 
     def _add_stats(self, job: ReplyJob, stats: GenerationStats) -> None:
         with job.lock:
             job.live_next = stats
-            post = not job.signalled
-            job.signalled = True
+            post = self._signal(job)
         if post:
             self.post(ReplyProgress(job.turn.key))
+
+    @staticmethod
+    def _signal(job: ReplyJob) -> bool:
+        """(Under ``job.lock``) whether a ReplyProgress must be posted: none is on its way."""
+        post = not job.signalled
+        job.signalled = True
+        return post
 
     def new_tokens(self, turn: Turn, start: int) -> list[TokenEvent]:
         """The tokens of ``turn`` from ``start`` on (safe while the reply is written)."""

@@ -44,7 +44,7 @@ from .events import (
 from .llama import Context, ContextFull, Model, ModelError
 from .params import SpecParams
 from .sampling import DEFAULT_SEED, SamplingParams, Sampler
-from .template import ChatTemplate
+from .template import MIN_CTX_FOR_EXAMPLES, ChatTemplate
 from .types import HIDDEN_STATE_TYPES, SpecType
 
 
@@ -230,7 +230,6 @@ class Engine:
             if raw:
                 return self.model.tokenize(text, add_special=True, parse_special=False)
             messages = [{"role": "user", "content": text}]
-        from .template import MIN_CTX_FOR_EXAMPLES
         rendered = self.template.render(messages, add_generation_prompt=True,
                                         worked_examples=self.ctx.n_ctx >= MIN_CTX_FOR_EXAMPLES)
         toks = self.model.tokenize(rendered, add_special=False, parse_special=True)

@@ -461,12 +461,14 @@ class NgramMap(Speculator):
         super().__init__(n_max=size_m)
         self.type = SpecType.NGRAM_MAP_K if key_only else SpecType.NGRAM_MAP_K4V  # type: ignore[misc]
         self.map = NgramMapState(size_n, size_m, key_only, min_hits)
+        #: how much of the last draft was verified, when the controller cut it
+        self._cut: int | None = None
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.map.begin(prompt)
 
     def draft(self, req: DraftRequest) -> list[int]:
-        self._cut: int | None = None
+        self._cut = None
         return self.map.draft(req.prompt, req.id_last)
 
     def draft_cut(self, n_kept: int) -> None:
@@ -495,8 +497,7 @@ class NgramMap(Speculator):
     def accept(self, n_accepted: int, is_other: bool) -> None:
         if is_other:
             return
-        cut = getattr(self, "_cut", None)
-        self._cut = None
+        cut, self._cut = self._cut, None
         if cut is not None and n_accepted >= cut:
             return
         self.map.accept(n_accepted)

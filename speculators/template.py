@@ -31,8 +31,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 # it, so "...complete? User:" ends the reply at "...complete?".
 # A base model follows a request only as well as the transcript shows it how: without worked
 # exchanges the 270M default model answered a copy request ("Repeat this list exactly: ...") with
-# a remark about it -- 1 of 30 sampled replies copied the text (tools/bench_copy.py). With the
-# exchanges below, that copy a pasted text whichever way it is asked, 21 of 30 do, and ordinary
+# a remark about it -- 1 of 30 sampled replies copied the text (tools/bench_copy.py). The
+# exchanges below show it copy requests asked in several ways: then 21 of 30 copy, and ordinary
 # questions still get answers (17 of 18; 18 before). What they copy lights up: the n-gram
 # drafters find the pasted text in the prompt.
 FALLBACK_SCENE = "A conversation between a curious user and a helpful, knowledgeable assistant."

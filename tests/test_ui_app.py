@@ -11,7 +11,7 @@ import threading
 import time
 from app import config as config_mod
 from app import paths
-from app.ui.app import ACTIONS, DraftlightApp
+from app.ui.app import ACTIONS, DraftlightApp, usable_cores
 from app.ui.scripted import ScriptedEngine
 from app.ui.widgets import Legend, LoadPanel, MessageView, PromptInput, StatsPanel
 from speculators.params import SpecParams
@@ -697,13 +697,11 @@ async def test_where_the_model_takes_every_core_a_streaming_reply_paints_a_few_t
     """With the model's threads on every core the reply is painted at most 15 times a second
     (tokens in between wait and come together), every token still arrives in order, and the
     footer ends with the final figures, not a late 'writing…'."""
-    import os
     from types import SimpleNamespace
     n = 120
     script = [(None, [f" w{i}"]) for i in range(n)]
     app, engine = make_app(script, spec="", tokens_per_s=200)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    engine.ctx = SimpleNamespace(n_threads=cores)       # as the real engine reports its threads
+    engine.ctx = SimpleNamespace(n_threads=usable_cores())       # as the real engine reports its threads
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
         assert app.paint_every_s() == app.PAINT_EVERY_CONTENDED_S
@@ -735,9 +733,7 @@ async def test_with_a_core_to_spare_each_update_is_painted_as_it_comes():
     engine.ctx = SimpleNamespace(n_threads=1)
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
-        import os
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        assert app.paint_every_s() == (0.0 if cores >= 2 else app.PAINT_EVERY_CONTENDED_S)
+        assert app.paint_every_s() == (0.0 if usable_cores() >= 2 else app.PAINT_EVERY_CONTENDED_S)
         engine.ctx = None                          # an engine that does not say: as it comes
         assert app.paint_every_s() == 0.0
 

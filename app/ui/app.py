@@ -120,6 +120,14 @@ _MAIN_ONLY = {a.action for a in ACTIONS} - {"quit", "help"}
 
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class LagProbe:
     """Benchmark hook: the lag between a token's event and the frame that shows it."""
 
@@ -456,11 +464,7 @@ class DraftlightApp(App[int]):
         threads = getattr(ctx, "n_threads", None)
         if not isinstance(threads, int) or threads <= 0:
             return 0.0
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cores = os.cpu_count() or 1
-        return self.PAINT_EVERY_CONTENDED_S if threads + 1 > cores else 0.0
+        return self.PAINT_EVERY_CONTENDED_S if threads + 1 > usable_cores() else 0.0
 
     def _reply_progress(self, ev: sess.ReplyProgress) -> None:
         if self._progress is not None:

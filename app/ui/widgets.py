@@ -761,9 +761,6 @@ class StatsPanel(VerticalScroll, can_focus=True):
     def compose(self) -> ComposeResult:
         yield self.body
 
-    def update(self, content: Any) -> None:
-        self.body.update(content)
-
     def show_stats(self, session: SessionStats, live: bool, styles: Mapping[str, Style],
                    lookup: Mapping[str, Any] | None = None) -> None:
         t = session.totals
@@ -826,7 +823,7 @@ class StatsPanel(VerticalScroll, can_focus=True):
             lines.append(Content.styled("What the terms mean", "bold $secondary"))
             for term, meaning in STATS_TERMS:
                 lines.append(Content.assemble((f" {term}: ", "bold"), (meaning, "$foreground-muted")))
-        self.update(Content("\n").join(lines))
+        self.body.update(Content("\n").join(lines))
 
 
 def _size(n: int) -> str:
