@@ -19,24 +19,12 @@ def test_most_copy_requests_are_copied_with_accepted_drafts(default_model_path):
     from app.options import ModelOptions
     from app.runtime import open_engine
     from speculators.params import SpecParams
-    from speculators.sampling import SamplingParams
 
     eng = open_engine(ModelOptions(model=str(default_model_path), threads=2), SpecParams.auto())
     try:
-        stop = tuple(eng.template.stop_strings)
-        lit = 0
-        for req, text in bench_copy.COPY_REQUESTS:
-            for seed in (1, 2):
-                r = eng.run(eng.prompt_tokens([{"role": "user", "content": req}]), max_tokens=160,
-                            sampling=SamplingParams(seed=seed), stop=stop)
-                lit += bench_copy.copies(r.text, text) and r.stats.n_accepted > 0
-        echoed = 0
-        for q in bench_copy.QUESTIONS:
-            r = eng.run(eng.prompt_tokens([{"role": "user", "content": q}]), max_tokens=96,
-                        sampling=SamplingParams(seed=1), stop=stop)
-            echoed += not bench_copy.words(r.text) or bench_copy.copies(r.text, q, 0.9)
+        m = bench_copy.measure(eng, copy_seeds=(1, 2), question_seeds=(1,), copy_tokens=160, question_tokens=96)
     finally:
         eng.close()
-    n = 2 * len(bench_copy.COPY_REQUESTS)
+    lit, n, echoed = m["lit"], m["requests"], m["questions"] - m["answered"]
     assert lit >= n // 2, f"{lit}/{n} copy requests copied with accepted drafts"   # was 0/20
     assert echoed <= 1, f"{echoed} ordinary questions said back instead of answered"

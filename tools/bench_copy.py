@@ -69,6 +69,44 @@ def copies(reply: str, text: str, need: float = 0.8) -> bool:
     return sum(bl.size for bl in m.get_matching_blocks()) / len(a) >= need
 
 
+def measure(eng, copy_seeds, question_seeds, copy_tokens: int = 160, question_tokens: int = 160,
+            temperature: float | None = None, verbose: bool = False) -> dict:
+    """Run the requests and questions on ``eng`` (the chat's prompt, seeded default sampling);
+    the counts: ``copied``, ``lit`` (copied with accepted drafts), ``requests``, ``answered``,
+    ``questions``."""
+    from speculators.sampling import SamplingParams
+
+    def sampling(seed: int) -> SamplingParams:
+        s = SamplingParams(seed=seed)
+        if temperature is not None:
+            s.temperature = temperature
+        return s
+
+    def reply(text: str, seed: int, n: int):
+        return eng.run(eng.prompt_tokens([{"role": "user", "content": text}]), max_tokens=n,
+                       sampling=sampling(seed), stop=tuple(eng.template.stop_strings))
+
+    out = dict.fromkeys(("copied", "lit", "requests", "answered", "questions"), 0)
+    for req, text in COPY_REQUESTS:
+        for seed in copy_seeds:
+            r = reply(req, seed, copy_tokens)
+            ok, lit = copies(r.text, text), r.stats.n_accepted > 0
+            out["requests"] += 1
+            out["copied"] += ok
+            out["lit"] += ok and lit
+            if verbose:
+                print(f"{'COPY' if ok else 'miss'} {'lit ' if lit else 'dark'} {req[:40]!r} -> {r.text[:80]!r}")
+    for q in QUESTIONS:
+        for seed in question_seeds:
+            r = reply(q, seed, question_tokens)
+            ans = len(words(r.text)) >= 1 and not copies(r.text, q, 0.9)
+            out["questions"] += 1
+            out["answered"] += ans
+            if verbose:
+                print(f"{'ans ' if ans else 'BAD '} {q!r} -> {r.text[:80]!r}")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model")
@@ -82,38 +120,12 @@ def main() -> int:
     from app.options import ModelOptions
     from app.runtime import open_engine
     from speculators.params import SpecParams
-    from speculators.sampling import SamplingParams
 
     eng = open_engine(ModelOptions(model=a.model, threads=a.threads), SpecParams.auto())
-
-    def sampling(seed: int) -> SamplingParams:
-        s = SamplingParams(seed=seed)
-        if a.temp is not None:
-            s.temperature = a.temp
-        return s
-    stop = tuple(eng.template.stop_strings)
-    n_copy = n_lit = n_all = 0
-    for req, text in COPY_REQUESTS:
-        for seed in range(1, a.seeds + 1):
-            r = eng.run(eng.prompt_tokens([{"role": "user", "content": req}]), max_tokens=a.n,
-                        sampling=sampling(seed), stop=stop)
-            ok, lit = copies(r.text, text), r.stats.n_accepted > 0
-            n_all += 1
-            n_copy += ok
-            n_lit += ok and lit
-            if a.verbose:
-                print(f"{'COPY' if ok else 'miss'} {'lit ' if lit else 'dark'} {req[:40]!r} -> {r.text[:80]!r}")
-    n_ans = 0
-    for q in QUESTIONS:
-        for seed in range(1, a.seeds + 1):
-            r = eng.run(eng.prompt_tokens([{"role": "user", "content": q}]), max_tokens=a.n,
-                        sampling=sampling(seed), stop=stop)
-            ans = len(words(r.text)) >= 1 and not copies(r.text, q, 0.9)
-            n_ans += ans
-            if a.verbose:
-                print(f"{'ans ' if ans else 'BAD '} {q!r} -> {r.text[:80]!r}")
+    seeds = range(1, a.seeds + 1)
+    m = measure(eng, seeds, seeds, a.n, a.n, a.temp, a.verbose)
     eng.close()
-    nq = len(QUESTIONS) * a.seeds
+    n_all, n_copy, n_lit, nq, n_ans = m["requests"], m["copied"], m["lit"], m["questions"], m["answered"]
     print(f"copy requests: {n_copy}/{n_all} copied ({100 * n_copy / n_all:.0f}%), "
           f"{n_lit}/{n_all} copied with accepted drafts ({100 * n_lit / n_all:.0f}%; target >= 80%)")
     print(f"ordinary questions: {n_ans}/{nq} answered ({100 * n_ans / nq:.0f}%)")
