@@ -459,9 +459,9 @@ def _make_block_drafter(cls, params: SpecParams, resources: dict):
     if draft_model is None:
         if not d.model:
             raise Unavailable(f"no {kind} drafter is set (--spec-draft-model PATH)")
-        from .draft_simple import acquire_draft_model
+        from .draft_simple import acquire_draft_model, draft_devices
         try:
-            draft_model = acquire_draft_model(d.model, d.n_gpu_layers)
+            draft_model = acquire_draft_model(d.model, d.n_gpu_layers, draft_devices(d, resources, shares_target=kind))
         except ModelError as e:
             msg = str(e)
             if "unknown model architecture" in msg and "dflash" in msg:

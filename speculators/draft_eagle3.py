@@ -251,9 +251,9 @@ def make_draft_eagle3(params: SpecParams, resources: dict) -> DraftEagle3:
     if draft_model is None:
         if not d.model:
             raise Unavailable("no EAGLE3 drafter is set (--spec-draft-model PATH)")
-        from .draft_simple import acquire_draft_model
+        from .draft_simple import acquire_draft_model, draft_devices
         try:
-            draft_model = acquire_draft_model(d.model, d.n_gpu_layers)
+            draft_model = acquire_draft_model(d.model, d.n_gpu_layers, draft_devices(d, resources, shares_target="draft-eagle3"))
         except ModelError as e:
             raise Unavailable(str(e)) from None
         owned = True

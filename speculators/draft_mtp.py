@@ -268,9 +268,9 @@ def make_draft_mtp(params: SpecParams, resources: dict) -> DraftMTP:
     draft_model: Model | None = resources.get("mtp_model")
     owned = frees = False
     if draft_model is None and d.model:
-        from .draft_simple import acquire_draft_model
+        from .draft_simple import acquire_draft_model, draft_devices
         try:
-            draft_model = acquire_draft_model(d.model, d.n_gpu_layers)
+            draft_model = acquire_draft_model(d.model, d.n_gpu_layers, draft_devices(d, resources, shares_target="draft-mtp"))
         except ModelError as e:
             raise Unavailable(str(e)) from None
         owned = True
@@ -286,7 +286,7 @@ def make_draft_mtp(params: SpecParams, resources: dict) -> DraftMTP:
             draft_model = target
         else:
             try:
-                draft_model = Model(target.path, n_gpu_layers=engine.config.n_gpu_layers, load_mtp=True)
+                draft_model = Model(target.path, load_mtp=True, **engine.config.placement())
             except ModelError as e:
                 raise Unavailable(f"cannot load the MTP layers of {target.path}: {e}") from None
             frees = True

@@ -79,29 +79,57 @@ _tick = 0
 MAX_IDLE_MODELS = 2
 
 
-def _cache_key(path: str, n_gpu_layers: int) -> tuple:
+def draft_devices(d, resources: dict | None, shares_target: str | None = None) -> str | None:
+    """The draft model's ``-devd`` devices; unset, it follows the target's ``--device`` (llama.cpp).
+
+    ``shares_target``: the drafter's graph uses tensors of the target (the hidden-state
+    drafters borrow its output and embedding matrices), so its devices must include every
+    device that holds target layers: ggml aborts the process on a tensor in a buffer that
+    none of the drafter's devices can run. Such a ``-devd`` is refused here, with the reason.
+    """
+    engine = (resources or {}).get("engine")
+    cfg = getattr(engine, "config", None)
+    target = getattr(cfg, "devices", None)
+    if getattr(d, "device", None) is None:
+        return target
+    if shares_target and int(getattr(cfg, "n_gpu_layers", 0) or 0) != 0:
+        from . import devices as dv
+        used = ([n.strip() for n in target.split(",") if n.strip() and n.strip() != "none"] if target is not None
+                else [x.name for x in dv.offload_devices()])
+        mine = {n.strip() for n in d.device.split(",")}
+        missing = [n for n in used if n not in mine]
+        if missing:
+            raise Unavailable(
+                f"its drafter uses the target's output and embedding tensors, which are on "
+                f"{', '.join(missing)}; -devd {d.device} leaves {'it' if len(missing) == 1 else 'them'} out, "
+                f"which llama.cpp cannot run: leave --spec-draft-device unset (the drafter follows the target) "
+                f"or name {'it' if len(missing) == 1 else 'them'} too")
+    return d.device
+
+
+def _cache_key(path: str, n_gpu_layers: int, devices: str | None = None) -> tuple:
     real = os.path.realpath(os.path.expanduser(path))
     try:
         st = os.stat(real)
         ident = (st.st_size, st.st_mtime_ns)
     except OSError:
         ident = (None, None)
-    return (real, int(n_gpu_layers), *ident)
+    return (real, int(n_gpu_layers), devices, *ident)
 
 
-def acquire_draft_model(path: str, n_gpu_layers: int = -1) -> Model:
+def acquire_draft_model(path: str, n_gpu_layers: int = -1, devices: str | None = None) -> Model:
     """The loaded draft model for ``path`` (loading it on first use).
 
     Pair every call with :func:`release_draft_model`. Raises
     :class:`~speculators.llama.ModelError` when the file cannot be loaded.
     """
     global _tick
-    key = _cache_key(path, n_gpu_layers)
+    key = _cache_key(path, n_gpu_layers, devices)
     with _cache_lock:
         e = _cache.get(key)
         if e is None or not getattr(e.model, "ptr", None):
             try:
-                m = Model(os.path.expanduser(path), n_gpu_layers=n_gpu_layers)
+                m = Model(os.path.expanduser(path), n_gpu_layers=n_gpu_layers, devices=devices)
             except ModelError as err:
                 raise ModelError(f"the draft model cannot be used: {err}") from None
             e = _Entry(m)
@@ -361,7 +389,7 @@ def make_draft_simple(params: SpecParams, resources: dict) -> DraftSimple:
         raise Unavailable("no target model is loaded")
     owned = draft_model is None
     if owned:
-        draft_model = acquire_draft_model(d.model, d.n_gpu_layers)  # type: ignore[arg-type]
+        draft_model = acquire_draft_model(d.model, d.n_gpu_layers, draft_devices(d, resources))  # type: ignore[arg-type]
     assert draft_model is not None
     try:
         check_compatible(target, draft_model)

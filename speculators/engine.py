@@ -78,6 +78,20 @@ class EngineConfig:
     #: targets only; None: as llama-server decides, the draft length when the initial
     #: spec uses a hidden-state type, or is ``auto`` on a target with MTP heads)
     n_rs_seq: int | None = None
+    #: where the target's offloaded layers go (llama.cpp's ``--device``: comma-separated names
+    #: as ``--list-devices`` shows them, "none" for the CPU only; None: every device, RPC
+    #: servers' devices included once added, see :mod:`speculators.devices`)
+    devices: str | None = None
+    #: ``--split-mode`` (none, layer, row, tensor) and ``--tensor-split`` (shares per device)
+    split_mode: str | None = None
+    tensor_split: list[float] | None = None
+    #: ``--main-gpu``: the device index used with split mode none
+    main_gpu: int = 0
+
+    def placement(self) -> dict:
+        """The :class:`~speculators.llama.Model` keyword arguments that place the target."""
+        return {"n_gpu_layers": self.n_gpu_layers, "devices": self.devices, "split_mode": self.split_mode,
+                "tensor_split": self.tensor_split, "main_gpu": self.main_gpu}
 
 
 @dataclass
@@ -131,7 +145,7 @@ class Engine:
         self.config = config or EngineConfig()
         c = self.config
         plan = load_plan(model_path, spec, c.load_mtp)
-        self.model = model or Model(model_path, n_gpu_layers=c.n_gpu_layers, load_mtp=plan.load_mtp)
+        self.model = model or Model(model_path, load_mtp=plan.load_mtp, **c.placement())
         n_rs = plan.n_rs_seq if c.n_rs_seq is None else c.n_rs_seq
         if not (self.model.is_recurrent or self.model.is_hybrid):
             n_rs = 0
@@ -169,6 +183,8 @@ class Engine:
         self._cost_model_obj: CostModel | None = None
         #: the context shifts of the last generation (see :meth:`generate`)
         self.last_shifts: list[ShiftRecord] = []
+        #: what the caller should tell about how the model was loaded (e.g. an RPC server left out)
+        self.load_warnings: list[str] = []
         self.set_spec(self.spec)
 
     # -- speculation ---------------------------------------------------------

@@ -169,13 +169,18 @@ class Model:
     """A loaded GGUF model (weights only; contexts are made from it)."""
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, use_mmap: bool = True,
-                 load_mtp: bool = False, use_extra_bufts: bool | None = None):
+                 load_mtp: bool = False, use_extra_bufts: bool | None = None,
+                 devices: str | None = None, split_mode: str | int | None = None,
+                 tensor_split: str | Sequence[float] | None = None, main_gpu: int = 0):
         backend_init()
         self.path = os.fspath(path)
         check_gguf_file(self.path)
         params = lc.llama_model_default_params()
         params.n_gpu_layers = int(n_gpu_layers)
         params.use_mmap = use_mmap
+        #: where the offloaded layers go: ``--device`` names (None: every device, "none": the CPU only)
+        self.devices = devices
+        keep = self._place(params, devices, split_mode, tensor_split, main_gpu)
         #: whether the CPU's extra buffer types were allowed (None: the process-wide choice)
         self.use_extra_bufts = _extra_bufts if use_extra_bufts is None else bool(use_extra_bufts)
         if hasattr(params, "use_extra_bufts"):
@@ -187,6 +192,7 @@ class Model:
         with _log_lock:
             _recent_log.clear()
         ptr = lc.llama_model_load_from_file(self.path.encode(), params)
+        del keep
         if not ptr:
             why = _last_errors()
             raise ModelError(f"cannot load model {self.path}" + (f": {why}" if why else ""))
@@ -212,6 +218,32 @@ class Model:
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         # EOG flags are looked up lazily (262k calls would slow loading).
         self._eog_known: dict[int, bool] = {}
+
+    @staticmethod
+    def _place(params, devices, split_mode, tensor_split, main_gpu) -> tuple:
+        """Fill the device list, split mode and tensor split of ``params`` (llama.cpp's ``-dev``,
+        ``-sm``, ``-ts``, ``-mg``); returns the ctypes arrays that must outlive the load."""
+        from . import devices as dv
+        keep: tuple = ()
+        try:
+            ptrs = dv.resolve_devices(devices)
+            params.split_mode = dv.parse_split_mode(split_mode)
+            ts = dv.parse_tensor_split(tensor_split)
+        except dv.DeviceError as e:
+            raise ModelError(str(e)) from None
+        if ptrs is not None:
+            arr = dv.device_array(ptrs)
+            params.devices = ctypes.cast(arr, ctypes.c_void_p)
+            keep += (arr,)
+        if ts:
+            n_max = int(lc.llama_max_devices())
+            if len(ts) > n_max:
+                raise ModelError(f"tensor split {ts} names {len(ts)} devices; this build has at most {n_max}")
+            arr_ts = (ctypes.c_float * n_max)(*ts)
+            params.tensor_split = ctypes.cast(arr_ts, ctypes.POINTER(ctypes.c_float))
+            keep += (arr_ts,)
+        params.main_gpu = int(main_gpu or 0)
+        return keep
 
     # -- metadata ------------------------------------------------------------
     def meta(self, key: str) -> str | None:

@@ -44,6 +44,8 @@ class DraftParams:
     n_gpu_layers: int = -1
     n_ctx: int = 0
     n_threads: int = 0
+    #: where the draft model's offloaded layers go (``-devd``; None: as the target's ``--device``)
+    device: str | None = None
 
 
 @dataclass
