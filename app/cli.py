@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("app.cmd_bench", "compare speculative types side by side"),
     "lookup": ("app.cmd_lookup", "build, merge and inspect n-gram lookup caches"),
     "doctor": ("app.cmd_doctor", "print what a bug report needs"),
+    "rpc-server": ("app.cmd_rpc", "serve this machine's devices to another draftlight (llama.cpp's rpc-server)"),
     "install-desktop": ("app.cmd_desktop", "install the desktop entry and icon"),
     "uninstall-desktop": ("app.cmd_desktop", "remove the desktop entry and icon"),
 }
@@ -36,11 +37,12 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from speculators.template import ChatTemplateError
     from speculators.types import UnknownSpecType
     from speculators.chain import Unavailable
+    from speculators.devices import DeviceError
 
     from .models import DefaultModelError
     errs: list[type[BaseException]] = [CliError, GenerationError, ModelError, ParamError, ChatTemplateError,
                                        UnknownSpecType, DefaultModelError, Unavailable, FileNotFoundError,
-                                       IsADirectoryError, PermissionError]
+                                       IsADirectoryError, PermissionError, DeviceError]
     try:
         from speculators.ngram_cache import CorruptCacheError
         errs.append(CorruptCacheError)
@@ -100,7 +102,7 @@ def supervise(argv: list[str]) -> int:
     import signal
     import subprocess
     import threading
-    from .runner import crash_advice, telling_lines
+    from .runner import crash_advice, rpc_lost, telling_lines
     from .cpu_check import signal_name
     r, w = os.pipe()
     env = dict(os.environ, **{_SUPERVISED_ENV: "1", "DRAFTLIGHT_LOG_FD": str(w)})
@@ -125,10 +127,11 @@ def supervise(argv: list[str]) -> int:
     reader.join(2)
     if rc >= 0:
         return rc
-    last = telling_lines(list(tail), 1)
+    lost = rpc_lost(tail)
+    last = [lost] if lost else telling_lines(list(tail), 1)
     logged = f"; llama.cpp's last log line: {last[0]}" if last else ""
     print(f"draftlight: error: `draftlight {argv[0]}` stopped: the engine was {signal_name(rc)}; "
-          f"{crash_advice(rc, chat=False)}{logged}", file=sys.stderr)
+          f"{crash_advice(rc, chat=False, lines=list(tail))}{logged}", file=sys.stderr)
     return 1
 
 

@@ -46,10 +46,13 @@ MAX_WALK = 200_000
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (for tools and bug reports)")
+    p.add_argument("--rpc", metavar="SERVERS",
+                   help="also ask these RPC servers (HOST:PORT,...) for their version and devices "
+                        "(default: model.rpc of config.toml)")
 
 
 def run(args: argparse.Namespace) -> int:
-    report = collect()
+    report = collect(rpc=getattr(args, "rpc", None))
     text = json.dumps(report, indent=2, default=str) if args.json else format_text(report)
     try:
         print(text, flush=True)
@@ -67,8 +70,9 @@ def _section(fn: Callable[[], Any]) -> Any:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def collect() -> dict:
-    """The whole report as plain JSON-able data."""
+def collect(rpc: str | None = None) -> dict:
+    """The whole report as plain JSON-able data (``rpc``: RPC servers to ask as well; default: the
+    configured ones)."""
     t0 = time.perf_counter()
     report: dict[str, Any] = {
         "draftlight": _section(_draftlight),
@@ -77,6 +81,7 @@ def collect() -> dict:
         "packages": _section(_packages),
         "llama_cpp": _section(_llama_cpp),
     }
+    report["rpc"] = _section(lambda: _rpc(rpc))
     ggml = _section(_ggml_devices)
     report["backends"] = ggml.get("backends", []) if "error" not in ggml else ggml
     report["devices"] = ggml.get("devices", []) if "error" not in ggml else ggml
@@ -161,11 +166,10 @@ def _load_ggml(base_name: str):
     """The ggml shared library llama-cpp-python uses (already loaded: dlopen returns the same handle)."""
     lib_dir = _llama_lib_dir()
     if base_name == "ggml":
-        try:
-            from llama_cpp import _ggml
-            return _ggml.libggml
-        except Exception:
-            pass
+        # through libllama's handle: the ggml llama.cpp uses (a wheel's libggml.so is a second copy,
+        # with a device registry of its own that never sees the RPC servers' devices)
+        from llama_cpp import llama_cpp as low
+        return low._lib
     from llama_cpp._ctypes_extensions import load_shared_library
     return load_shared_library(base_name, lib_dir)
 
@@ -243,12 +247,53 @@ def _ggml_devices() -> dict:
             "index": i,
             "name": _cstr(lib.ggml_backend_dev_name(dev)),
             "description": _cstr(lib.ggml_backend_dev_description(dev)),
-            "type": DEVICE_TYPES.get(kind, str(kind)),
+            "type": "rpc" if (_cstr(lib.ggml_backend_reg_name(reg)) or "").startswith("RPC") else DEVICE_TYPES.get(kind, str(kind)),
             "backend": _cstr(lib.ggml_backend_reg_name(reg)) if reg else None,
             "memory_free": int(free.value),
             "memory_total": int(total.value),
         })
     return {"backends": backends, "devices": devices}
+
+
+def _rpc(servers: str | None) -> dict:
+    """Whether this build has RPC, and what each RPC server (``--rpc`` or config's ``model.rpc``) says.
+
+    Each server is asked over a short connection of its own first, so an
+    unreachable one or another protocol version is a line here, not ggml's
+    abort; the reachable ones' devices then join the device list below.
+    """
+    from speculators import devices as dv
+    from speculators.llama import backend_init
+    backend_init()
+    built = dv.has_rpc()
+    out: dict[str, Any] = {"built": built, "protocol": f"{dv.RPC_PROTO_MAJOR}.x"}
+    if not built:
+        out["install"] = dv.RPC_INSTALL
+    source = "--rpc"
+    if not servers:
+        try:
+            from . import config
+            servers = config.load().model.rpc
+            source = "config.toml"
+        except Exception:
+            servers = None
+    if not servers:
+        return out
+    out["source"] = source
+    report = []
+    for ep in dv.parse_endpoints(servers):
+        item: dict[str, Any] = {"endpoint": ep}
+        try:
+            info = dv.probe_rpc_server(ep, timeout=3.0)
+            item.update(ok=True, version=".".join(map(str, info.version)),
+                        devices=[{"memory_free": f, "memory_total": t} for f, t in info.devices])
+            if built:
+                dv.add_rpc_servers([ep], timeout=3.0)
+        except dv.RpcError as e:
+            item.update(ok=False, error=str(e))
+        report.append(item)
+    out["servers"] = report
+    return out
 
 
 def _gpu_offload() -> bool:
@@ -401,6 +446,24 @@ def format_text(r: dict) -> str:
     if sysinfo:
         row("system info", sysinfo)
 
+    head("RPC (other machines' devices)")
+    rp = r.get("rpc") or {}
+    if _err(rp):
+        row("error", _err(rp))
+    else:
+        row("RPC in this build", f"yes (protocol {rp.get('protocol')})" if rp.get("built")
+            else f"no; to serve or use other machines, install with: {rp.get('install')}")
+        for sv in rp.get("servers", []):
+            if sv.get("ok"):
+                mems = "; ".join(f"{human_size(d['memory_free'])} free of {human_size(d['memory_total'])}"
+                                 for d in sv.get("devices", []))
+                row(sv["endpoint"], f"reachable, protocol {sv['version']}, {len(sv.get('devices', []))} "
+                                    f"device(s): {mems}")
+            else:
+                row(sv["endpoint"], f"UNUSABLE: {sv.get('error')}")
+        if not rp.get("servers"):
+            row("servers", "none given (draftlight doctor --rpc HOST:PORT, or model.rpc in config.toml)")
+
     head("Backends and devices")
     if _err(r["backends"]):
         row("error", _err(r["backends"]))
@@ -414,7 +477,7 @@ def format_text(r: dict) -> str:
     cx = r.get("cpu_extra_bufts") or {}
     row("CPU extra bufts", _err(cx) or f"{cx.get('state')}; --extra-bufts on|off forces it")
     gpu = r["gpu_offload"]
-    row("GPU offload", _err(gpu) or ("available" if gpu else "not available (a CPU-only build)"))
+    row("GPU offload", _err(gpu) or ("available" if gpu else "no device to offload to (the CPU only)"))
     d = r["defaults"]
     if _err(d):
         row("defaults", _err(d))

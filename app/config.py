@@ -2,7 +2,8 @@
 
 Layout::
 
-    [model]        path, ctx_size, threads, n_gpu_layers, extra_bufts (auto|on|off)
+    [model]        path, ctx_size, threads, n_gpu_layers, extra_bufts (auto|on|off),
+                   rpc ("host:port,..."), device, split_mode, tensor_split, main_gpu
     [sampling]     temperature, top_k, top_p, min_p, seed
     [speculation]  types = ["ngram-mod", ...], and one table per type:
     [speculation.draft] n_max, n_min, p_min, ...
@@ -85,6 +86,9 @@ class Config:
             model["n_gpu_layers"] = self.model.n_gpu_layers
         if self.model.extra_bufts != "auto":
             model["extra_bufts"] = self.model.extra_bufts
+        for key in ("rpc", "device", "split_mode", "tensor_split", "main_gpu"):
+            if getattr(self.model, key) is not None:
+                model[key] = getattr(self.model, key)
         return {
             "max_tokens": self.max_tokens,
             "system_prompt": self.system_prompt,
@@ -111,6 +115,16 @@ class Config:
                                    extra_bufts=str(m.get("extra_bufts", "auto")))
             if c.model.extra_bufts not in ("auto", "on", "off"):
                 raise ConfigError(f"model.extra_bufts must be auto, on or off, not {c.model.extra_bufts!r}")
+            for key in ("rpc", "device", "split_mode", "tensor_split"):
+                if m.get(key) is not None:
+                    setattr(c.model, key, str(m[key]))
+            if m.get("main_gpu") is not None:
+                c.model.main_gpu = int(m["main_gpu"])
+            from .options import check_placement
+            try:
+                check_placement(c.model)
+            except ParamError as e:
+                raise ConfigError(f"bad value in config: model.{e}") from None
             s = data.get("sampling", {})
             known = {f.name for f in dataclasses.fields(SamplingParams)}
             unknown = set(s) - known

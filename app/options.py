@@ -53,6 +53,21 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "one-time probe found that they work on this CPU), on, or off")
     g.add_argument("-nr", "--no-repack", action="store_const", const="off", dest="extra_bufts",
                    help="llama.cpp's flag: the same as --extra-bufts off")
+    d = p.add_argument_group("devices and other machines (llama.cpp's flags)")
+    d.add_argument("--rpc", dest="rpc", metavar="SERVERS",
+                   help="comma-separated RPC servers (HOST:PORT) whose devices join this machine's: start "
+                        "`draftlight rpc-server` on each helper machine; with -ngl the layers spread over "
+                        "every device (a trusted network only: the protocol has no authentication)")
+    d.add_argument("-dev", "--device", dest="device", metavar="DEV1,DEV2",
+                   help="devices for the model's offloaded layers, as `draftlight doctor` lists them "
+                        "(RPC0, CUDA0, ...; none = the CPU only; default: all)")
+    d.add_argument("-sm", "--split-mode", dest="split_mode", choices=("none", "layer", "row", "tensor"),
+                   help="how to split the model across devices (default: layer)")
+    d.add_argument("-ts", "--tensor-split", dest="tensor_split", metavar="N0,N1,...",
+                   help="the share of the offloaded layers per device, in --device order, e.g. 3,1 "
+                        "(default: by free memory)")
+    d.add_argument("-mg", "--main-gpu", dest="main_gpu", type=_int, metavar="INDEX",
+                   help="the device used with --split-mode none (default 0)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -97,6 +112,9 @@ def add_spec_args(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
                    help="min draft probability (default 0.0)")
     g.add_argument("-ngld", "--spec-draft-ngl", type=_ngl, dest="spec_draft_ngl",
                    help="draft model layers on the GPU")
+    g.add_argument("-devd", "--spec-draft-device", "--device-draft", dest="spec_draft_device",
+                   metavar="DEV1,DEV2", help="devices for the draft model (none = the CPU only; "
+                                             "default: as --device)")
     g.add_argument("--spec-draft-ctx", type=_int, dest="spec_draft_ctx", help="draft context size (default: target's)")
     g.add_argument("-td", "--spec-draft-threads", type=_int, dest="spec_draft_threads", help="draft threads")
     for kind in ("simple", "map-k", "map-k4v"):
@@ -129,6 +147,7 @@ _SPEC_FLAG_MAP = {
     "spec_draft_n_min": ("draft", "n_min"),
     "spec_draft_p_min": ("draft", "p_min"),
     "spec_draft_ngl": ("draft", "n_gpu_layers"),
+    "spec_draft_device": ("draft", "device"),
     "spec_draft_ctx": ("draft", "n_ctx"),
     "spec_draft_threads": ("draft", "n_threads"),
     "spec_ngram_mod_n_match": ("ngram_mod", "n_match"),
@@ -218,16 +237,49 @@ class ModelOptions:
     n_gpu_layers: int | None = None
     #: the CPU's extra buffer types: "auto" (as probed), "on" or "off" (see app.cpu_check)
     extra_bufts: str = "auto"
+    #: RPC servers (``host:port,...``) whose devices join this machine's (llama.cpp's ``--rpc``)
+    rpc: str | None = None
+    #: ``--device``, ``--split-mode``, ``--tensor-split``, ``--main-gpu`` (see speculators.devices)
+    device: str | None = None
+    split_mode: str | None = None
+    tensor_split: str | None = None
+    main_gpu: int | None = None
     extra: dict = field(default_factory=dict)
 
 
 def model_options_from_args(args: argparse.Namespace, base: ModelOptions | None = None) -> ModelOptions:
     m = ModelOptions(**(base.__dict__ if base else {}))
-    for name in ("model", "ctx_size", "threads", "n_gpu_layers", "extra_bufts"):
+    for name in PLACEMENT_KEYS:
         v = getattr(args, name, None)
         if v is not None:
             setattr(m, name, v)
+    from speculators.params import ParamError
     if m.ctx_size is not None and m.ctx_size < 0:
-        from speculators.params import ParamError
         raise ParamError("ctx_size", "must be >= 0")
+    check_placement(m)
     return m
+
+
+#: the model options that flags, config.toml and the settings pane share
+PLACEMENT_KEYS = ("model", "ctx_size", "threads", "n_gpu_layers", "extra_bufts", "rpc", "device", "split_mode",
+                  "tensor_split", "main_gpu")
+
+
+def check_placement(m: ModelOptions) -> None:
+    """Refuse malformed ``--rpc``, ``--split-mode`` and ``--tensor-split`` values before any load.
+
+    >>> check_placement(ModelOptions(rpc="localhost"))
+    Traceback (most recent call last):
+    ...
+    speculators.params.ParamError: rpc: invalid RPC server 'localhost': expected HOST:PORT, e.g. 192.168.1.20:50052
+    """
+    from speculators import devices as dv
+    from speculators.params import ParamError
+    for name, check in (("rpc", dv.parse_endpoints), ("split_mode", dv.parse_split_mode),
+                        ("tensor_split", dv.parse_tensor_split)):
+        v = getattr(m, name)
+        if v is not None:
+            try:
+                check(v)
+            except dv.DeviceError as e:
+                raise ParamError(name, str(e)) from None

@@ -131,6 +131,8 @@ class EngineSnapshot:
     #: whether the model was loaded with the CPU's extra buffer types (see app.cpu_check)
     extra_bufts: bool = True
     pid: int = 0
+    #: the devices llama.cpp saw when the model was loaded (RPC servers' included), with their memory
+    devices: list = field(default_factory=list)
 
 
 def snapshot(engine: Any) -> EngineSnapshot:
@@ -153,7 +155,8 @@ def snapshot(engine: Any) -> EngineSnapshot:
                         getattr(ctx, "n_threads", None) or getattr(cfg, "n_threads", None),
                         int(getattr(cfg, "n_gpu_layers", 0) or 0)),
         template=TemplateInfo(tuple(getattr(getattr(engine, "template", None), "stop_strings", ()) or ())),
-        extra_bufts=bool(getattr(m, "use_extra_bufts", True)), pid=os.getpid())
+        extra_bufts=bool(getattr(m, "use_extra_bufts", True)), pid=os.getpid(),
+        devices=list(getattr(engine, "device_list", None) or []))
 
 
 # ---------------------------------------------------------------------------
@@ -165,8 +168,21 @@ def _signal_text(rc: int | None) -> str:
     return signal_name(rc)
 
 
-def crash_advice(rc: int | None, chat: bool = True) -> str:
-    """What to try after the engine's process died with exit status ``rc``."""
+#: what ggml's RPC client logs before it aborts on a server that went away (ggml-rpc.cpp)
+RPC_LOST_MARKS = ("Remote RPC server crashed", "RPC handshake failed", "Failed to connect to")
+
+
+def rpc_lost(lines: Sequence[str]) -> str | None:
+    """The line saying that an RPC server went away, when that is why the runner died."""
+    return next((l.strip() for l in reversed(list(lines)) if any(m in l for m in RPC_LOST_MARKS)), None)
+
+
+def crash_advice(rc: int | None, chat: bool = True, lines: Sequence[str] = ()) -> str:
+    """What to try after the engine's process died with exit status ``rc`` (``lines``: its last log)."""
+    if rpc_lost(lines):
+        return ("an RPC server (--rpc) stopped answering: ggml ends the process when a helper machine goes "
+                "away; start `draftlight rpc-server` there again" +
+                ("; until then the model runs on this machine's devices" if chat else ""))
     other = "another speculation setting (F3)" if chat else "another --spec-type"
     if rc == -signal.SIGKILL:
         return ("it was killed (SIGKILL), most often by the system when memory runs out: try a smaller "
@@ -222,6 +238,7 @@ class RunnerEngine:
         self.closed = False
         #: how often the runner was started (1: the first load)
         self.starts = 0
+        self.load_warnings: list[str] = []
         #: the last crash (its message), for the UI
         self.last_crash: str | None = None
         with self._lock:
@@ -262,6 +279,11 @@ class RunnerEngine:
     @property
     def auto_plan(self) -> list | None:
         return self._snap.chain.auto_plan
+
+    @property
+    def devices(self) -> list:
+        """The devices the runner's llama.cpp saw at load (:class:`speculators.devices.Device`)."""
+        return list(self._snap.devices) if self._snap is not None else []
 
     @property
     def pid(self) -> int | None:
@@ -307,7 +329,9 @@ class RunnerEngine:
         """Start a runner and load the model in it (and restore the speculation of the last one)."""
         self._spawn()
         try:
-            self._snap = self._call_raw(("load", self.model_options, self.load_spec), progress=progress)[1]
+            warnings, self._snap = self._call_raw(("load", self.model_options, self.load_spec), progress=progress)
+            #: what the load left out (an RPC server that could not be reached), for the UI
+            self.load_warnings = list(warnings or [])
         except BaseException:
             self._kill()      # a runner without a model is of no use: the next request starts another
             raise
@@ -338,12 +362,17 @@ class RunnerEngine:
                 rc = proc.wait(5)
         self._kill()
         time.sleep(0.05)   # the log reader's last lines
-        tail = telling_lines([line for seq, line in list(self._log) if seq > self._request_seq])
+        lines = [line for seq, line in list(self._log) if seq > self._request_seq]
+        tail = telling_lines(lines)
+        lost = rpc_lost(lines)
+        if lost and lost not in tail:
+            tail = [lost]
         sig = (rc, repr(getattr(self._last_spec, "to_dict", lambda: None)()))
-        self._crashes.append(sig)
+        if not lost:                     # a helper machine going away says nothing of these settings
+            self._crashes.append(sig)
         what = f"the model runner stopped ({_signal_text(rc)})"
         logged = (" — its last lines: " + " | ".join(tail)) if tail else " (it logged nothing since the request began)"
-        advice = crash_advice(rc)
+        advice = crash_advice(rc, lines=lines)
         if len(self._crashes) >= 2 and self._crashes[-1] == self._crashes[-2]:
             msg = (f"{what}, the same way twice in a row with this model and these settings, so it is not "
                    f"started again; {advice}. Change the model or its settings (F3) to try again{logged}")
@@ -648,9 +677,10 @@ class _Runner:
         self.send(("progress", done, total, phase))
 
     # -- requests --------------------------------------------------------------------
-    def load(self, model_options: Any, spec: Any) -> None:
+    def load(self, model_options: Any, spec: Any) -> list[str]:
         from .runtime import load_chat_engine
         self.engine = load_chat_engine(model_options, spec, self.progress)
+        return list(getattr(self.engine, "load_warnings", []))
 
     def do_set_spec(self, spec: Any, with_store: bool) -> None:
         res = self.store.resources() if with_store and self.store is not None else None

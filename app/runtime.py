@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Callable
 
@@ -13,16 +14,44 @@ from .options import ModelOptions
 
 
 def gpu_offload_available() -> bool:
-    import llama_cpp as lc
+    """Whether there is a device to offload layers to: a GPU, or an RPC server's device once added.
+
+    (llama.cpp's ``llama_supports_gpu_offload`` also says yes for a build with the RPC backend
+    and no server, which would be no offload at all.)
+    """
+    from speculators import devices
     try:
-        return bool(lc.llama_supports_gpu_offload())
+        return bool(devices.offload_devices())
     except Exception:  # pragma: no cover
         return False
 
 
 def default_gpu_layers() -> int:
-    """Everything on the GPU when a GPU backend is built in, else none."""
+    """Everything on the offload devices (GPUs, RPC servers' devices) when there are any, else none."""
     return 999 if gpu_offload_available() else 0
+
+
+def join_rpc_servers(opts: ModelOptions, fallback: bool = False) -> list[str]:
+    """Add ``opts.rpc``'s servers' devices to this process's (llama.cpp's ``--rpc``).
+
+    ``fallback``: a server that cannot be reached is left out with a warning
+    (returned) and the model runs on this machine's devices; otherwise it is a
+    :class:`~speculators.devices.RpcError`. A build without RPC, a malformed
+    endpoint or another protocol version is always an error.
+    """
+    from speculators import devices
+    warnings: list[str] = []
+    for ep in devices.parse_endpoints(opts.rpc):
+        try:
+            devices.add_rpc_servers([ep])
+        except devices.RpcUnavailable as e:
+            if not fallback:
+                raise
+            warnings.append(f"{e}; the model runs without it, on this machine's devices")
+    if warnings and opts.device and any(n.strip().startswith("RPC") for n in opts.device.split(",")):
+        # the named remote devices are not there: every local device instead
+        opts.device = None
+    return warnings
 
 
 def resolve_model_path(opts: ModelOptions, progress: Callable[[int, int, str], None] | None = None) -> str:
@@ -37,39 +66,66 @@ def cost_cache_dir() -> str:
     return str(paths.cache_dir() / "costcurves")
 
 
-def engine_config(opts: ModelOptions, progress: Callable[[int, int, str], None] | None = None) -> EngineConfig:
+def engine_config(opts: ModelOptions, progress: Callable[[int, int, str], None] | None = None,
+                  warnings: list[str] | None = None) -> EngineConfig:
     """The engine's configuration for ``opts``; also settles, once per process, whether models
-    load with the CPU's extra buffer types (probed once per llama.cpp build and CPU)."""
+    load with the CPU's extra buffer types (probed once per llama.cpp build and CPU), and joins
+    the ``--rpc`` servers' devices (``warnings`` given: an unreachable one is left out and said there)."""
     from .cpu_check import apply
     # the probe uses the default model (small, always at hand); with --model its preparation is quiet
     apply(getattr(opts, "extra_bufts", "auto") or "auto", progress=None if opts.model else progress)
+    if getattr(opts, "rpc", None):
+        opts = dataclasses.replace(opts)
+        got = join_rpc_servers(opts, fallback=warnings is not None)
+        if warnings is not None:
+            warnings.extend(got)
     ngl = opts.n_gpu_layers
     if ngl is None or ngl == -1:
         ngl = default_gpu_layers()
+    from speculators.devices import parse_tensor_split
     return EngineConfig(n_ctx=opts.ctx_size if opts.ctx_size is not None else 4096,
-                        n_threads=opts.threads, n_gpu_layers=ngl, cost_cache_dir=cost_cache_dir())
+                        n_threads=opts.threads, n_gpu_layers=ngl, cost_cache_dir=cost_cache_dir(),
+                        devices=getattr(opts, "device", None), split_mode=getattr(opts, "split_mode", None),
+                        tensor_split=parse_tensor_split(getattr(opts, "tensor_split", None)),
+                        main_gpu=getattr(opts, "main_gpu", None) or 0)
 
 
 def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
-                progress: Callable[[int, int, str], None] | None = None, build_chain: bool = True) -> Engine:
+                progress: Callable[[int, int, str], None] | None = None, build_chain: bool = True,
+                rpc_fallback: bool = False) -> Engine:
     """The engine for ``opts`` with ``spec``'s chain (``build_chain=False``: the model only,
-    loaded as ``spec`` needs it, e.g. with MTP layers; the caller builds the chain)."""
+    loaded as ``spec`` needs it, e.g. with MTP layers; the caller builds the chain).
+
+    ``rpc_fallback``: an ``--rpc`` server that cannot be reached is left out (the engine's
+    ``load_warnings`` say so) instead of failing the load.
+    """
     path = resolve_model_path(opts, progress)
-    cfg = engine_config(opts, progress)
+    warnings: list[str] = []
+    cfg = engine_config(opts, progress, warnings if rpc_fallback else None)
     if build_chain:
-        return Engine(path, cfg, spec)
-    # the chain comes later, but the model and its context are made as ``spec`` needs them
-    from speculators.engine import load_plan
-    plan = load_plan(path, spec)
-    cfg.load_mtp, cfg.n_rs_seq = plan.load_mtp, plan.n_rs_seq
-    return Engine(path, cfg, SpecParams())
+        engine = Engine(path, cfg, spec)
+    else:
+        # the chain comes later, but the model and its context are made as ``spec`` needs them
+        from speculators.engine import load_plan
+        plan = load_plan(path, spec)
+        cfg.load_mtp, cfg.n_rs_seq = plan.load_mtp, plan.n_rs_seq
+        engine = Engine(path, cfg, SpecParams())
+    engine.load_warnings = warnings
+    from speculators import devices
+    try:
+        #: the devices at load, with their memory then (the settings pane lists them)
+        engine.device_list = devices.list_devices()
+    except Exception:  # pragma: no cover - a build without the backend API
+        engine.device_list = []
+    return engine
 
 
 def load_chat_engine(model_options: ModelOptions, spec: SpecParams,
                      progress: Callable[[int, int, str], None] | None = None) -> Engine:
     """The chat's engine, in this process: the model loaded as ``spec`` needs it, with an
-    empty chain (the session builds the chain after the model, so a bad chain never blocks it)."""
-    return open_engine(model_options, spec, progress, build_chain=False)
+    empty chain (the session builds the chain after the model, so a bad chain never blocks it).
+    An unreachable ``--rpc`` server is left out with a warning: the chat goes on locally."""
+    return open_engine(model_options, spec, progress, build_chain=False, rpc_fallback=True)
 
 
 #: the types that draft from the configured draft model (``-md``)

@@ -388,10 +388,11 @@ class ChatSession:
         except Exception as e:  # every failure becomes an event, never a traceback
             self.post(EngineFailed(describe(e), model.model))
             return
-        store, warnings, spec_error = None, [], None
+        store, warnings, spec_error = None, list(getattr(engine, "load_warnings", None) or []), None
         try:
             with self.engine_lock:
-                store, warnings = self._open_store(engine, spec)
+                store, store_warnings = self._open_store(engine, spec)
+                warnings += store_warnings
                 engine.set_spec(spec, resources=store.resources() if store is not None else None)
         except Exception as e:
             spec_error = describe(e)
