@@ -89,7 +89,8 @@ def test_packaging_folder_points_at_the_shipped_files():
     for script in ("draftlight-terminal", "draftlight.command", "draftlight-app-launcher"):
         assert os.access(ROOT / "app" / "data" / script, os.X_OK), script
     text = (ROOT / "packaging" / "README.md").read_text()
-    for needle in ('CMAKE_ARGS="-DGGML_CUDA=on" pipx install . --force', "pipx reinstall", "-DGGML_VULKAN=on",
+    for needle in ('CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=on" pipx install . --force', "pipx reinstall",
+                   "-DGGML_VULKAN=on", "draftlight rpc-server --host", "--allow-remote", "no authentication",
                    "-DGGML_NATIVE=on", "Metal", "install-desktop", "draftlight.command"):
         assert needle in text, needle
 

@@ -106,8 +106,9 @@ def _ensure_tools(pip_tools: bool) -> None:
 def _extra_cmake_args() -> list[str]:
     """``CMAKE_ARGS``, as pip's build of llama-cpp-python reads it: the native binaries must be
     built like the Python bindings' library (e.g. ``-DGGML_NATIVE=OFF``), or their CPU kernels,
-    and so their numbers, differ."""
-    return shlex.split(os.environ.get("CMAKE_ARGS", ""))
+    and so their numbers, differ. ``-DGGML_RPC=...`` is left out: the RPC backend changes no
+    kernel, and no native comparison uses it (so the README's RPC build reuses these binaries)."""
+    return [a for a in shlex.split(os.environ.get("CMAKE_ARGS", "")) if not a.upper().startswith("-DGGML_RPC=")]
 
 
 def _built_with() -> str | None:
