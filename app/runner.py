@@ -173,16 +173,25 @@ RPC_LOST_MARKS = ("Remote RPC server crashed", "RPC handshake failed", "Failed t
 
 
 def rpc_lost(lines: Sequence[str]) -> str | None:
-    """The line saying that an RPC server went away, when that is why the runner died."""
-    return next((l.strip() for l in reversed(list(lines)) if any(m in l for m in RPC_LOST_MARKS)), None)
+    """What ggml said when an RPC server went away, when that is why the runner died.
+
+    >>> rpc_lost(["x", "/build/ggml/src/ggml-rpc/ggml-rpc.cpp:566: Remote RPC server crashed or returned "
+    ...           "malformed response"])
+    'ggml-rpc: Remote RPC server crashed or returned malformed response'
+    """
+    import re
+    for line in reversed(list(lines)):
+        if any(m in line for m in RPC_LOST_MARKS):
+            return "ggml-rpc: " + re.sub(r"^.*?ggml-rpc\.cpp:\d+:\s*", "", line.strip())
+    return None
 
 
 def crash_advice(rc: int | None, chat: bool = True, lines: Sequence[str] = ()) -> str:
     """What to try after the engine's process died with exit status ``rc`` (``lines``: its last log)."""
     if rpc_lost(lines):
-        return ("an RPC server (--rpc) stopped answering: ggml ends the process when a helper machine goes "
-                "away; start `draftlight rpc-server` there again" +
-                ("; until then the model runs on this machine's devices" if chat else ""))
+        return ("an RPC server (--rpc) stopped answering, and ggml ends the process then; start "
+                "`draftlight rpc-server` there again" +
+                ("; meanwhile the model runs without it (reload the model in F3 once it is back)" if chat else ""))
     other = "another speculation setting (F3)" if chat else "another --spec-type"
     if rc == -signal.SIGKILL:
         return ("it was killed (SIGKILL), most often by the system when memory runs out: try a smaller "
@@ -365,7 +374,7 @@ class RunnerEngine:
         lines = [line for seq, line in list(self._log) if seq > self._request_seq]
         tail = telling_lines(lines)
         lost = rpc_lost(lines)
-        if lost and lost not in tail:
+        if lost:
             tail = [lost]
         sig = (rc, repr(getattr(self._last_spec, "to_dict", lambda: None)()))
         if not lost:                     # a helper machine going away says nothing of these settings

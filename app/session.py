@@ -983,7 +983,8 @@ class ChatSession:
 
 def _model_key(m: ModelOptions) -> tuple:
     ngl = -1 if m.n_gpu_layers is None else m.n_gpu_layers   # None and -1 both mean "automatic"
-    return (m.model or None, m.ctx_size, m.threads, ngl, getattr(m, "extra_bufts", "auto"))
+    placement = tuple(getattr(m, k, None) for k in ("rpc", "device", "split_mode", "tensor_split", "main_gpu"))
+    return (m.model or None, m.ctx_size, m.threads, ngl, getattr(m, "extra_bufts", "auto"), *placement)
 
 
 def _is_crash(e: BaseException) -> bool:

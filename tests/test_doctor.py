@@ -17,7 +17,7 @@ from app.cli import main
 DRAFTLIGHT = Path(sys.executable).parent / "draftlight"
 
 KEYS = {"draftlight", "python", "platform", "packages", "llama_cpp", "backends", "devices", "gpu_offload",
-        "defaults", "config", "paths", "default_model", "desktop", "environment", "doctor_seconds"}
+        "defaults", "config", "paths", "default_model", "desktop", "environment", "doctor_seconds", "rpc"}
 
 
 def run_doctor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -54,7 +54,11 @@ def test_doctor_json_is_complete(private_dirs, tmp_path):
     cpu = [d for d in report["devices"] if d["type"] == "cpu"]
     assert cpu and cpu[0]["memory_total"] > 0 and cpu[0]["name"]
     import llama_cpp
-    assert report["gpu_offload"] == bool(llama_cpp.llama_supports_gpu_offload())
+    # offload: a device to put layers on (llama_supports_gpu_offload also says yes for a build with
+    # RPC and no server, which offloads nothing)
+    assert report["gpu_offload"] == any(d["type"] in ("gpu", "igpu", "rpc") for d in report["devices"])
+    assert report["rpc"]["built"] == bool(llama_cpp.llama_supports_rpc())
+    assert "servers" not in report["rpc"]       # none given, none configured
     assert report["gpu_offload"] == any(d["type"] in ("gpu", "igpu") for d in report["devices"])
 
     from speculators.llama import physical_cores

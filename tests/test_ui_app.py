@@ -373,6 +373,38 @@ async def test_changing_the_context_size_reloads_the_model():
         assert config_mod.load().model.ctx_size == 2048
 
 
+async def test_rpc_servers_and_devices_are_set_in_the_settings_pane_and_reload_the_model():
+    """F3's Model section: the RPC servers, devices and tensor split as llama.cpp's flags take them;
+    a malformed one is an error in place; a good one reloads the model with it and is saved."""
+    from speculators.devices import Device
+    app, engine = make_app()
+    engine.devices = [Device("CPU", "a test CPU", "CPU", 3 << 30, 4 << 30)]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("f3")
+        await pilot.pause()
+        shown = str(app.screen.query_one("#devices").render())
+        assert "CPU" in shown and "3,072 MiB free of 4,096 MiB" in shown
+        app.screen.query_one("#f-model--rpc").value = "gpu-box"
+        app.screen.query_one("#f-model--tensor_split").value = "3,x"
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert len(app.factory_calls) == 1                 # nothing applied while values are wrong
+        notes = " ".join(str(n.render()) for n in app.screen.query(".f-note"))
+        assert "expected HOST:PORT" in notes and "invalid tensor split '3,x'" in notes
+        app.screen.query_one("#f-model--rpc").value = "192.168.1.20:50052"
+        app.screen.query_one("#f-model--device").value = "RPC0"
+        app.screen.query_one("#f-model--tensor_split").value = "3,1"
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: len(app.factory_calls) == 2 and app.engine is not None)
+        m = app.factory_calls[-1]
+        assert (m.rpc, m.device, m.tensor_split) == ("192.168.1.20:50052", "RPC0", "3,1")
+        saved = config_mod.load().model
+        assert (saved.rpc, saved.device, saved.tensor_split) == ("192.168.1.20:50052", "RPC0", "3,1")
+
+
 async def test_a_missing_model_shows_a_message_and_another_can_be_picked(tmp_path):
     from speculators.llama import ModelError
     engine = ScriptedEngine(SCRIPT)

@@ -402,7 +402,9 @@ SPEC_FIELDS: dict[SpecType, list[Field]] = {
     SpecType.DRAFT_SIMPLE: [("draft.model", "draft model", "path"),
                             ("draft.n_max", "max draft tokens", "int"),
                             ("draft.n_min", "min draft tokens", "int"),
-                            ("draft.p_min", "min probability", "float")],
+                            ("draft.p_min", "min probability", "float"),
+                            ("draft.n_gpu_layers", "draft GPU layers", "ngl"),
+                            ("draft.device", "draft devices", "str")],
 }
 
 SAMPLING_FIELDS: list[Field] = [
@@ -424,6 +426,9 @@ MODEL_FIELDS: list[Field] = [
     ("model.ctx_size", "context size", "int"),
     ("model.n_gpu_layers", "GPU layers", "ngl"),
     ("model.threads", "threads", "optint"),
+    ("model.rpc", "RPC servers", "str"),
+    ("model.device", "devices", "str"),
+    ("model.tensor_split", "tensor split", "str"),
     ("chat.max_tokens", "max reply tokens", "int"),
 ]
 
@@ -461,6 +466,8 @@ def _parse(text: str, kind: str) -> Any:
     t = text.strip()
     if kind == "path":
         return os.path.expanduser(t) if t else None
+    if kind == "str":
+        return t or None
     if kind == "optint":
         if not t or t == "auto":
             return None
@@ -499,13 +506,20 @@ def _hint(key: str, kind: str) -> str:
         return {"model.model": "empty: the embedded default model",
                 "model.ctx_size": "default 4096 · 0: the model's own",
                 "model.n_gpu_layers": "auto, all or a number",
-                "model.threads": "empty: physical cores"}.get(key, "")
+                "model.threads": "empty: physical cores",
+                "model.rpc": "HOST:PORT,… · trusted networks only",
+                "model.device": "empty: all below · none: CPU only",
+                "model.tensor_split": "e.g. 3,1 · empty: by free memory"}.get(key, "")
     elif section == "chat":
         return "default 1024"
     else:
         d = _get(_DEFAULT_SPEC, key)
     if kind == "seed":
         return "empty: random"
+    if key == "draft.device":
+        return "empty: as the model's · none: CPU only"
+    if key == "draft.n_gpu_layers":
+        return "auto, all or a number (-ngld)"
     if kind == "path":
         return {"draft.model": "a GGUF with the target's vocabulary",
                 "ngram_cache.lookup_cache_static": "optional, must exist",
@@ -605,6 +619,25 @@ def discover_draft_models(engine: Any) -> list[tuple[str, str]] | None:
     return out
 
 
+def devices_text(devices: Any) -> str:
+    """The devices the model was loaded with (RPC servers' included), with their memory then.
+
+    >>> from speculators.devices import Device
+    >>> print(devices_text([Device("CPU", "Xeon", "CPU", 2 << 30, 4 << 30),
+    ...                     Device("RPC0", "10.0.0.2:50052", "RPC", 1 << 30, 8 << 30, "10.0.0.2:50052")]))
+    Devices when the model was loaded (names for the fields above):
+      CPU      Xeon · 2,048 MiB free of 4,096 MiB
+      RPC0     on 10.0.0.2:50052 · 1,024 MiB free of 8,192 MiB
+    """
+    if not devices:
+        return "Devices: shown once the model is loaded."
+    lines = ["Devices when the model was loaded (names for the fields above):"]
+    for d in devices:
+        where = f"on {d.endpoint}" if d.endpoint else d.description
+        lines.append(f"  {d.name:<8} {where} · {d.memory_text()}")
+    return "\n".join(lines)
+
+
 @dataclass
 class SettingsResult:
     spec: SpecParams
@@ -612,12 +645,6 @@ class SettingsResult:
     model: ModelOptions
     max_tokens: int
     overflow: str = "rolling"
-
-    def model_changed(self, old: ModelOptions) -> bool:
-        def key(m: ModelOptions) -> tuple:
-            ngl = -1 if m.n_gpu_layers is None else m.n_gpu_layers
-            return (m.model or None, m.ctx_size, m.threads, ngl)
-        return key(self.model) != key(old)
 
 
 def collect_errors(spec: SpecParams, sampling: SamplingParams) -> dict[str, str]:
@@ -665,7 +692,7 @@ class FieldRow(Horizontal):
     """
 
     def __init__(self, key: str, label: str, kind: str, value: str):
-        super().__init__(classes="-wide" if kind == "path" else "")
+        super().__init__(classes="-wide" if kind in ("path", "str") else "")
         self.key = key
         self.kind = kind
         self.label = label
@@ -802,6 +829,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
                          classes="s-note")
             for key, label, kind in MODEL_FIELDS:
                 yield FieldRow(key, label, kind, self._value(key, kind))
+            yield Static(devices_text(getattr(self.engine, "devices", None)), classes="s-note", id="devices")
             yield Static("When the conversation outgrows the context", classes="s-section")
             yield OptionList(*[Option(label, id=f"ov-{name}") for name, label in OVERFLOW_CHOICES],
                              id="overflow")
@@ -885,6 +913,12 @@ class SettingsScreen(Screen[SettingsResult | None]):
                 if name == "model" and value and not Path(value).is_file():
                     errors[row.key] = "no such file"
                 setattr(model, name, value)
+                if name in ("rpc", "tensor_split") and value:
+                    from ..options import check_placement
+                    try:
+                        check_placement(ModelOptions(**{name: value}))
+                    except ParamError as e:
+                        errors[row.key] = e.message
             elif section == "chat":
                 if value < 1:
                     errors[row.key] = "must be at least 1"
