@@ -231,10 +231,27 @@ class Engine:
             self.kv_tokens = []
             try:
                 self.cost_curve = curve_for(self.ctx, self.model, str(self.model.path), self.ctx.n_threads,
-                                            c.n_gpu_layers, c.cost_cache_dir)
+                                            c.n_gpu_layers, c.cost_cache_dir, self._placement_key())
             finally:
                 self.kv_tokens = []
         return self.cost_curve
+
+    def _placement_key(self) -> dict | None:
+        """Where the target's layers are, for the cost curve's cache key (None: this machine's CPU
+        or its one kind of device, as before devices could be chosen)."""
+        c = self.config
+        if not c.n_gpu_layers:
+            return None
+        from .devices import offload_devices
+        try:
+            devs = [f"{d.name}={d.endpoint or d.description}" for d in offload_devices()]
+        except Exception:  # pragma: no cover - a build without the backend API
+            devs = []
+        if c.devices is None and not any("RPC" in d for d in devs) and c.tensor_split is None \
+                and c.split_mode in (None, "layer"):
+            return None
+        return {"devices": c.devices, "offload": devs, "split_mode": c.split_mode, "tensor_split": c.tensor_split,
+                "main_gpu": c.main_gpu}
 
     # -- prompts ---------------------------------------------------------------
     def prompt_tokens(self, messages: Sequence[dict] | None = None, text: str | None = None,

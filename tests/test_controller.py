@@ -303,6 +303,12 @@ def test_cost_curve_is_measured_once_then_read_from_the_cache(tmp_path, fake_mod
     # another thread count is another device setting: measured again, kept beside
     c3 = curve_for(FakeCtx(), FakeModel(), fake_model_file, 4, 0, cache)
     assert c3.source == "measured" and len(os.listdir(cache)) == 2
+    # layers on another machine's devices (RPC) verify at the network's cost: measured again too
+    remote = {"devices": None, "offload": ["RPC0=10.0.0.2:50052"], "split_mode": None, "tensor_split": None,
+              "main_gpu": 0}
+    c4 = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 99, cache, remote)
+    assert c4.source == "measured" and len(os.listdir(cache)) == 3
+    assert curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 99, cache, remote).source == "cached"
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"", b"\xff\xfe\x00garbage", b"[]", b'{"key": 1}',
