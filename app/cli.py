@@ -16,6 +16,7 @@ from . import __version__
 #: name -> (module, help). ``chat`` is what runs without a subcommand.
 COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("app.cmd_chat", "open the chat app (the default)"),
+    "lab": ("app.cmd_chat", "open the Lab: which speculation pays on a prompt, side by side"),
     "generate": ("app.cmd_generate", "generate text from a prompt, headless"),
     "bench": ("app.cmd_bench", "compare speculative types side by side"),
     "lookup": ("app.cmd_lookup", "build, merge and inspect n-gram lookup caches"),

@@ -19,15 +19,14 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Sequence
 
-from speculators.base import mean_acceptance_length
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
 from speculators.types import parse_types
 
 from . import config as config_mod
+from .measure import Row, add_result, finish_row, gen_tps, interleave, new_row, paired_ratios
 from .options import add_model_args, add_spec_args, model_options_from_args, spec_from_args
 from .runtime import draft_model_warning, engine_config, resolve_model_path, stderr_progress
 
@@ -85,100 +84,26 @@ def _split(text: str) -> list[str]:
     return parts
 
 
-@dataclass
-class Row:
-    name: str
-    tokens: int = 0
-    seconds: float = 0.0
-    drafted: int = 0
-    accepted: int = 0
-    steps: int = 0
-    #: verified drafts and their accepted tokens (llama.cpp's n_call_accept, n_acc_tokens)
-    accept_calls: int = 0
-    acc_tokens: int = 0
-    draft_calls: int = 0
-    draft_us: float = 0.0
-    equal_to_none: bool | None = None
-    mean_draft_len: float = 0.0
-    ceiling_tps: float | None = None
-    outputs: list[list[int]] = field(default_factory=list)
-    per_speculator: dict = field(default_factory=dict)
-    #: per prompt: tokens, seconds, tokens/s, speedup over none, drafts, the controller's decisions
-    per_prompt: list[dict] = field(default_factory=list)
-    #: the adaptive controller's decisions over all prompts (None: off)
-    controller: object | None = None
-
-    @property
-    def tps(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self, base_tps: float | None) -> dict:
-        mal = mean_acceptance_length(self.acc_tokens, self.accept_calls)
-        return {
-            "name": self.name,
-            "tokens": self.tokens,
-            "seconds": round(self.seconds, 4),
-            "tokens_per_s": round(self.tps, 2),
-            "speedup_vs_none": round(self.tps / base_tps, 3) if base_tps else None,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None,
-            "mean_acceptance_length": round(mal, 3) if mal is not None else None,
-            "draft_ms_per_call": round(self.draft_us / self.draft_calls / 1000, 4) if self.draft_calls else None,
-            "mean_draft_len": round(self.mean_draft_len, 2),
-            "ceiling_tokens_per_s": round(self.ceiling_tps, 2) if self.ceiling_tps else None,
-            "fraction_of_ceiling": round(self.tps / self.ceiling_tps, 3) if self.ceiling_tps else None,
-            "equal_to_none": self.equal_to_none,
-            "speculators": self.per_speculator,
-            "controller": self.controller.to_dict() if self.controller is not None else None,
-            "per_prompt": self.per_prompt,
-        }
-
-
 def _timed_generation(engine, prompts, max_tokens, rounds: int = 1, stop=()) -> Row:
     """Run every prompt; time only token generation (prompt decoding excluded).
 
     With ``rounds`` > 1 each prompt runs that many times and the fastest
     run counts, which keeps a busy machine's stalls out of the figures.
     """
-    row = Row(engine.chain.speculators and ",".join(s.name for s in engine.chain.speculators) or "none")
+    row = new_row(engine.chain.speculators and ",".join(s.name for s in engine.chain.speculators) or "none",
+                  len(prompts))
     greedy = SamplingParams(temperature=0.0)
-    per: dict[str, dict] = {}
-    for prompt in prompts:
-        res = min((engine.run(prompt, max_tokens=max_tokens, sampling=greedy, stop=stop)
-                   for _ in range(max(1, rounds))),
-                  key=lambda r: r.stats.t_gen_s)
-        s = res.stats
-        # time from the first token on (as llama-cpp-python's loop below)
-        row.tokens += max(0, s.n_generated - 1)
-        row.seconds += s.t_gen_s
-        row.drafted += s.n_drafted
-        row.accepted += s.n_accepted
-        row.steps += s.n_steps
-        row.outputs.append(res.tokens)
-        for name, st in s.speculators.items():
-            d = per.setdefault(name, {"drafts": 0, "drafted": 0, "accepted": 0, "calls": 0, "draft_us": 0.0,
-                                      "process_us": 0.0})
-            d["process_us"] += st.t_process_us
-            d["drafts"] += st.n_gen_drafts
-            d["drafted"] += st.n_gen_tokens
-            d["accepted"] += st.n_acc_tokens
-            d["calls"] += st.n_call_draft
-            d["draft_us"] += st.t_draft_us
-            row.draft_calls += st.n_call_draft
-            row.draft_us += st.t_draft_us
-            row.accept_calls += st.n_call_accept
-            row.acc_tokens += st.n_acc_tokens
-    row.per_speculator = {
-        n: {**d, "draft_ms_per_call": round(d["draft_us"] / d["calls"] / 1000, 4) if d["calls"] else None,
-            "draft_ms_per_token": round(d["draft_us"] / d["drafted"] / 1000, 4) if d["drafted"] else None,
-            # the drafter's whole cost per drafted token: drafting plus mirroring the target's batches
-            "cost_ms_per_drafted_token": round((d["draft_us"] + d["process_us"]) / d["drafted"] / 1000, 4)
-            if d["drafted"] else None}
-        for n, d in per.items()}
-    drafts = sum(d["drafts"] for d in per.values())
-    row.mean_draft_len = row.drafted / drafts if drafts else 0.0
+    for pi, prompt in enumerate(prompts):
+        best, _ = interleave([(row.name, None)], rounds,
+                             lambda _n, _p: _one(engine.run(prompt, max_tokens=max_tokens, sampling=greedy, stop=stop)))
+        row.outputs[pi] = best[row.name].tokens
+        add_result(row, best[row.name])
+    finish_row(row)
     return row
+
+
+def _one(res) -> tuple[float, object]:
+    return gen_tps(res.stats), res
 
 
 def lookup_learn_effect(engine, learn_prompts: list[list[int]], prompts: list[list[int]], max_tokens: int,
@@ -329,56 +254,6 @@ def bench_rows(args: argparse.Namespace, base_spec: SpecParams) -> list[tuple[st
     return rows
 
 
-def _new_row(name: str, n_prompts: int) -> Row:
-    row = Row(name)
-    row.outputs = [[] for _ in range(n_prompts)]
-    return row
-
-
-def _add_result(row: Row, res) -> dict:
-    """Fold one prompt's best run into the row; returns its per-prompt figures."""
-    s = res.stats
-    n = max(0, s.n_generated - 1)
-    row.tokens += n
-    row.seconds += s.t_gen_s
-    row.drafted += s.n_drafted
-    row.accepted += s.n_accepted
-    row.steps += s.n_steps
-    for name, st in s.speculators.items():
-        d = row.per_speculator.setdefault(name, {"drafts": 0, "drafted": 0, "accepted": 0, "calls": 0,
-                                                 "draft_us": 0.0, "process_us": 0.0})
-        d["process_us"] += st.t_process_us
-        d["drafts"] += st.n_gen_drafts
-        d["drafted"] += st.n_gen_tokens
-        d["accepted"] += st.n_acc_tokens
-        d["calls"] += st.n_call_draft
-        d["draft_us"] += st.t_draft_us
-        row.draft_calls += st.n_call_draft
-        row.draft_us += st.t_draft_us
-        row.accept_calls += st.n_call_accept
-        row.acc_tokens += st.n_acc_tokens
-    if s.controller is not None:
-        row.controller = s.controller if row.controller is None else row.controller + s.controller
-    c = s.controller
-    return {"tokens": n, "seconds": round(s.t_gen_s, 4), "tokens_per_s": round(n / s.t_gen_s, 2) if s.t_gen_s else 0.0,
-            "drafted": s.n_drafted, "accepted": s.n_accepted, "steps": s.n_steps,
-            "controller": {"steps": c.n_steps, "drafted": c.n_drafted, "skipped": c.n_skipped, "cut": c.n_cut,
-                           "no_proposal": c.n_no_proposal, "not_asked": c.n_not_asked, "probes": c.n_probes}
-            if c is not None else None}
-
-
-def _finish_row(row: Row) -> None:
-    row.per_speculator = {
-        n: {**d, "draft_ms_per_call": round(d["draft_us"] / d["calls"] / 1000, 4) if d["calls"] else None,
-            "draft_ms_per_token": round(d["draft_us"] / d["drafted"] / 1000, 4) if d["drafted"] else None,
-            # the drafter's whole cost per drafted token: drafting plus mirroring the target's batches
-            "cost_ms_per_drafted_token": round((d["draft_us"] + d["process_us"]) / d["drafted"] / 1000, 4)
-            if d["drafted"] else None}
-        for n, d in row.per_speculator.items()}
-    drafts = sum(d["drafts"] for d in row.per_speculator.values())
-    row.mean_draft_len = row.drafted / drafts if drafts else 0.0
-
-
 def run(args: argparse.Namespace) -> int:
     from speculators.engine import Engine
     from speculators.ngram_cache import LookupCacheError
@@ -446,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
             configs.append(("llama-cpp-python", None))
         configs.append(("none", SpecParams()))
         configs.extend(row_specs)
-        rows = {name: _new_row(name, len(prompts)) for name, _ in configs}
+        rows = {name: new_row(name, len(prompts)) for name, _ in configs}
         per_prompt: dict[str, list[dict]] = {name: [] for name, _ in configs}
         # interleaved: every prompt runs every row in turn, round after round, each run from a
         # fresh chain (nothing learned from an earlier run of the same prompt); the fastest counts
@@ -454,26 +329,20 @@ def run(args: argparse.Namespace) -> int:
         # run of the same round; their median follows a busy machine's drifts less than the ratio
         # of two fastest runs does.
         paired: dict[str, list[list[float]]] = {name: [] for name, _ in configs}
+
+        def run_one(name: str, sp: SpecParams | None, prompt: list[int]) -> tuple[float, object]:
+            if sp is None:
+                t, out, n_gen = _llama_cpp_python_once(llm, prompt, args.max_tokens, stop)
+                return (max(0, n_gen - 1) / t if t else 0.0), (t, out, n_gen)
+            engine.set_spec(sp)
+            return _one(engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop))
+
         for pi, prompt in enumerate(prompts):
-            best: dict[str, object] = {}
-            per_round: dict[str, list[float]] = {name: [] for name, _ in configs}
-            for r in range(rounds):
-                for name, sp in configs:
-                    _progress(f"prompt {pi + 1}/{len(prompts)}, round {r + 1}/{rounds}: {name}")
-                    if sp is None:
-                        t, out, n_gen = _llama_cpp_python_once(llm, prompt, args.max_tokens, stop)
-                        per_round[name].append(max(0, n_gen - 1) / t if t else 0.0)
-                        if name not in best or t < best[name][0]:
-                            best[name] = (t, out, n_gen)
-                        continue
-                    engine.set_spec(sp)
-                    res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop)
-                    s = res.stats
-                    per_round[name].append(max(0, s.n_generated - 1) / s.t_gen_s if s.t_gen_s else 0.0)
-                    if name not in best or res.stats.t_gen_s < best[name].stats.t_gen_s:
-                        best[name] = res
+            best, per_round = interleave(
+                configs, rounds, lambda name, sp: run_one(name, sp, prompt),
+                progress=lambda done, total, what: _progress(f"prompt {pi + 1}/{len(prompts)}, {what}"))
             for name, _ in configs:
-                paired[name].append([a / b for a, b in zip(per_round[name], per_round["none"]) if b > 0])
+                paired[name].append(paired_ratios(per_round, name))
             for name, sp in configs:
                 row = rows[name]
                 if sp is None:
@@ -487,11 +356,11 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 res = best[name]
                 row.outputs[pi] = res.tokens
-                per_prompt[name].append(_add_result(row, res))
+                per_prompt[name].append(add_result(row, res))
         none_row = rows["none"]
         for name, _ in configs:
             row = rows[name]
-            _finish_row(row)
+            finish_row(row)
             for pi, d in enumerate(per_prompt[name]):
                 base = per_prompt["none"][pi]["tokens_per_s"]
                 d["index"] = pi

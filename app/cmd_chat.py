@@ -19,7 +19,12 @@ from .options import (add_model_args, add_sampling_args, add_spec_args, model_op
                       sampling_from_args, spec_from_args)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, name: str = "chat") -> None:
+    if name == "lab":
+        p.description = ("Open the Lab straight away: which speculation pays on a prompt, on this model and "
+                         "machine. The prompt is a file (-f) or a message of the latest saved chat.")
+        p.add_argument("-f", "--prompt-file", dest="lab_prompt_file", metavar="FILE",
+                       help="a text file to use as the prompt")
     p.add_argument("--system", help="system prompt for new chats (default: the one saved in config.toml)")
     p.add_argument("-n", "--max-tokens", type=int, dest="max_tokens",
                    help="maximum tokens per reply (default 1024)")
@@ -82,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         raise CliError("the chat app needs a terminal; for scripts use 'draftlight generate'")
     _debug_dump_on_signal()
-    app = make_app(args, settings)
+    lab_file = getattr(args, "lab_prompt_file", None)
+    if lab_file and not os.path.isfile(os.path.expanduser(lab_file)):
+        raise CliError(f"file not found: {lab_file}")
+    kw = {"open_lab": True, "lab_prompt_file": lab_file} if getattr(args, "command", "chat") == "lab" else {}
+    app = make_app(args, settings, **kw)
     _quit_on_signals(app)
     code = app.run()
     return int(code or 0)

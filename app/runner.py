@@ -538,6 +538,19 @@ class RunnerEngine:
             self._crashes.clear()
 
     # -- the lookup caches (kept in the runner) ------------------------------------------------
+    def run(self, prompt: Sequence[int], **kw: Any) -> Any:
+        """Generate to the end and return the result (the engine's ``run``; the Lab uses it)."""
+        from speculators.events import FinishEvent
+        result = None
+        for ev in self.generate(prompt, **kw):
+            if isinstance(ev, FinishEvent):
+                result = ev.result
+        return result
+
+    def lab_cost_curve(self, n_max: int = 16) -> list[float]:
+        """The target's verify-cost curve (see :meth:`speculators.engine.Engine.lab_cost_curve`)."""
+        return self._call("lab_cost_curve", n_max)
+
     def open_store(self, spec: Any, lookup_root: str | os.PathLike | None = None) -> tuple[Any, list[str]]:
         """Open the lookup caches of the model's vocabulary in the runner: (a store proxy, warnings)."""
         with self._lock:
@@ -739,6 +752,9 @@ class _Runner:
     def do_build_static(self, files: list[str]) -> Any:
         self.cancel.clear()
         return self.store.build_static(files, progress=self.progress, cancel=self.cancel.is_set)
+
+    def do_lab_cost_curve(self, n_max: int) -> list[float]:
+        return self.engine.lab_cost_curve(n_max)
 
     def do_lookup_contribution(self) -> dict:
         from .lookup_store import LookupStore

@@ -32,7 +32,8 @@ from speculators.events import TokenEvent
 
 from . import paths
 
-SCHEMA_VERSION = 1
+#: 2: the Lab's runs (lab_runs)
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -57,6 +58,13 @@ CREATE TABLE IF NOT EXISTS messages (
     UNIQUE (chat_id, seq)
 );
 CREATE INDEX IF NOT EXISTS chats_by_updated ON chats(updated DESC);
+CREATE TABLE IF NOT EXISTS lab_runs (
+    id            INTEGER PRIMARY KEY,
+    created       REAL NOT NULL,
+    model         TEXT NOT NULL DEFAULT '',
+    prompt        TEXT NOT NULL DEFAULT '',
+    report        TEXT NOT NULL
+);
 """
 
 #: message status values
@@ -317,6 +325,26 @@ class History:
     def export_markdown(self, chat_id: int) -> str:
         chat = self.load_chat(chat_id)
         return chat_to_markdown(chat)
+
+    # -- the Lab's runs ------------------------------------------------------------
+    def add_lab_run(self, report: Any) -> int:
+        """Keep a :class:`app.lab.LabReport`; returns its id."""
+        with self._tx():
+            cur = self.db.execute("INSERT INTO lab_runs (created, model, prompt, report) VALUES (?, ?, ?, ?)",
+                                  (report.created, report.model, report.prompt, report.to_json()))
+        return int(cur.lastrowid)
+
+    def lab_runs(self, limit: int = 50) -> list[Any]:
+        """The kept Lab reports, newest first (a damaged one is left out, not deleted)."""
+        from .lab import LabReport
+        out = []
+        for rid, data in self.db.execute("SELECT id, report FROM lab_runs ORDER BY created DESC, id DESC LIMIT ?",
+                                         (limit,)):
+            try:
+                out.append(LabReport.from_dict(json.loads(data), id=int(rid)))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
 
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -236,6 +236,10 @@ class Engine:
                 self.kv_tokens = []
         return self.cost_curve
 
+    def lab_cost_curve(self, n_max: int = 16) -> list[float]:
+        """The verify-cost curve, rel[k] for k = 0..n_max drafts (measured once, then cached)."""
+        return self._cost_curve().to_list(n_max)
+
     def _placement_key(self) -> dict | None:
         """Where the target's layers are, for the cost curve's cache key (None: this machine's CPU
         or its one kind of device, as before devices could be chosen)."""

@@ -78,3 +78,20 @@ def test_settings_pane(snap_compare):
         app.screen.query_one("#s-scroll").scroll_to(y=9, animate=False)
         await pilot.pause(0.1)
     assert snap_compare(make_app(), terminal_size=(100, 30), run_before=run)
+
+
+def test_lab_screen_with_results(snap_compare):
+    async def run(pilot):
+        from app.ui.lab import LabScreen
+        app = pilot.app
+        await _chat(pilot)
+        await pilot.press("f8")
+        await _wait(pilot, lambda: isinstance(app.screen, LabScreen))
+        lab = app.screen
+        lab.query_one("#lab-rounds").value = "1"
+        await pilot.press("ctrl+r")
+        await _wait(pilot, lambda: lab.report is not None and not lab.running, timeout=10)
+        for inp in lab.query("Input"):
+            inp.cursor_blink = False
+        await pilot.pause(0.2)
+    assert snap_compare(make_app(), terminal_size=(120, 50), run_before=run)

@@ -20,6 +20,7 @@ messages (or dismiss with a result).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import os
@@ -94,6 +95,8 @@ ACTIONS: tuple[ActionSpec, ...] = (
                "Uncoloured view: switch between Markdown and plain text", "View"),
     ActionSpec("system_prompt", "f7", "System prompt",
                "Edit the system prompt: this chat's, and the default for new chats", "Chat"),
+    ActionSpec("lab", "f8", "Lab", "Which speculation pays on this prompt: configurations side by side, "
+               "on the loaded model", "View"),
     ActionSpec("stop", "escape", "Stop", "Stop the reply at once (keeps what was written)", "Chat", show=True),
     ActionSpec("regenerate", "ctrl+r", "Regenerate", "Write the last reply again", "Chat", show=True),
     ActionSpec("edit_last", "ctrl+g", "Edit last", "Edit your last message and send it again", "Chat"),
@@ -166,8 +169,13 @@ class DraftlightApp(App[int]):
                  engine_factory: sess.EngineFactory | None = None,
                  history: History | None = None, user_themes_dir: Path | None = None,
                  persist_config: bool = True, saved_config: config_mod.Config | None = None,
-                 lookup_root: str | None = None, notices: list[str] | None = None):
+                 lookup_root: str | None = None, notices: list[str] | None = None,
+                 open_lab: bool = False, lab_prompt_file: str | None = None):
         super().__init__()
+        #: ``draftlight lab``: open the Lab once the model is loaded (the prompt: this file, or the
+        #: latest saved chat's messages)
+        self._open_lab = open_lab
+        self._lab_prompt_file = lab_prompt_file
         #: warnings to show once the app is up (a damaged config.toml, ...)
         self.notices = list(notices or [])
         self.session = ChatSession(config, post=self._post_event, engine_factory=engine_factory,
@@ -391,6 +399,15 @@ class DraftlightApp(App[int]):
             self.notify(f"Speculation not changed: {ev.spec_error}", severity="error", timeout=8)
         for name, why in self.session.skipped.items():
             self.notify(f"{name} is off: {why}", severity="warning", timeout=8)
+        if self._open_lab:
+            self._open_lab = False
+            if not self._lab_prompt_file and not self.session.turns and self.history is not None:
+                chats = []
+                with contextlib.suppress(Exception):
+                    chats = self.history.list_chats()
+                if chats:
+                    self.resume_chat(chats[0].id)
+            self.action_lab(self._lab_prompt_file)
         self._notify_unused_draft_model()
         engine = self.session.engine
         if getattr(engine, "spec", None) is not None and \
@@ -902,6 +919,24 @@ class DraftlightApp(App[int]):
                                         self.config.max_tokens, s.engine, overflow=self.config.overflow,
                                         lookup=s.lookup_figures()), self._settings_done)
 
+    def action_lab(self, prompt_file: str | None = None) -> None:
+        from .lab import LabScreen
+        if isinstance(self.screen, LabScreen):
+            return
+        if self.session.job is not None:
+            self.notify("The Lab opens once the reply has finished (Esc stops it).", timeout=4)
+            return
+        self.push_screen(LabScreen(self.session, styles=self.draft_styles, history=self.history,
+                                   prompt_file=prompt_file))
+
+    def _lab_use(self, name: str, spec: Any) -> None:
+        c = self.config
+        outcome = self.session.apply_settings(spec, c.sampling, c.model, c.max_tokens, c.overflow)
+        if outcome == "rebuild":
+            self._set_state("rebuilding speculators…")
+        self.notify(f"Speculation: {name} (from the Lab), saved.", timeout=4)
+        self.query_one("#welcome", Static).update(self._welcome_text())
+
     def _settings_done(self, result: SettingsResult | None) -> None:
         if result is None:
             return
@@ -915,6 +950,9 @@ class DraftlightApp(App[int]):
         else:
             self.notify("Settings saved.", timeout=2)
         self.query_one("#welcome", Static).update(self._welcome_text())
+
+    def on_lab_screen_use_config(self, msg: Any) -> None:
+        self._lab_use(msg.name, msg.spec)
 
     @on(SettingsScreen.BuildStatic)
     def _build_static(self, msg: SettingsScreen.BuildStatic) -> None:
