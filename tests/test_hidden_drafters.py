@@ -524,7 +524,7 @@ def test_block_drafters_report_missing_symbol_and_arch(llama_engine, dflash_path
     import speculators.draft_simple as ds
     from speculators.llama import ModelError
 
-    def no_arch(path, n_gpu_layers=-1):
+    def no_arch(path, n_gpu_layers=-1, devices=None):
         raise ModelError(f"cannot load model {path}: unknown model architecture: 'dflash'")
 
     monkeypatch.setattr(ds, "acquire_draft_model", no_arch)
