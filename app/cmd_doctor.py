@@ -110,8 +110,9 @@ def _cpu_extra_bufts() -> dict:
     elif ans is None:
         info["state"] = "not probed yet on this build and CPU (the first load probes)"
     else:
-        info["state"] = ("on: they work here" if ans["ok"] else
-                         f"off (as --no-repack): {ans.get('detail', 'the probe crashed')}") + f" (probed {ans.get('when')})"
+        m = ans.get("mode", "on" if ans["ok"] else "off")
+        info["state"] = ("on: they work here" if m == "on" else
+                         f"{cpu_check.STATES[m]}: {ans.get('detail', 'the probe crashed')}") + f" (probed {ans.get('when')})"
     return info
 
 
@@ -475,7 +476,7 @@ def format_text(r: dict) -> str:
                 if d.get("memory_total") else "memory unknown"
             row(f"[{d['index']}] {d['name']}", f"{d['type']}, {d['description']}; {mem}")
     cx = r.get("cpu_extra_bufts") or {}
-    row("CPU extra bufts", _err(cx) or f"{cx.get('state')}; --extra-bufts on|off forces it")
+    row("CPU extra bufts", _err(cx) or f"{cx.get('state')}; --extra-bufts on|repack|off forces it")
     gpu = r["gpu_offload"]
     row("GPU offload", _err(gpu) or ("available" if gpu else "no device to offload to (the CPU only)"))
     d = r["defaults"]

@@ -2,7 +2,7 @@
 
 Layout::
 
-    [model]        path, ctx_size, threads, n_gpu_layers, extra_bufts (auto|on|off),
+    [model]        path, ctx_size, threads, n_gpu_layers, extra_bufts (auto|on|repack|off),
                    rpc ("host:port,..."), device, split_mode, tensor_split, main_gpu
     [sampling]     temperature, top_k, top_p, min_p, seed
     [speculation]  types = ["ngram-mod", ...], and one table per type:
@@ -47,8 +47,8 @@ OVERFLOW_POLICIES = ("rolling", "truncate-middle", "stop")
 #: ``[ui]`` keys the chat app reads, with their defaults
 UI_DEFAULTS: dict[str, Any] = {
     "theme": "dark",            # a theme name from themes/ or the user themes folder
-    "colouring": True,          # colour drafted tokens (False: the off view below)
-    "off_view": "markdown",     # "markdown" or "plain": how replies look uncoloured
+    "colouring": True,          # colour drafted tokens (F5)
+    "off_view": "plain",        # "plain" or "markdown": how replies are laid out (F6), coloured or not
     "stats_panel": False,       # show the statistics panel at start
 }
 
@@ -113,8 +113,8 @@ class Config:
             c.model = ModelOptions(model=m.get("path"), ctx_size=int(m.get("ctx_size", 4096)),
                                    threads=m.get("threads"), n_gpu_layers=m.get("n_gpu_layers"),
                                    extra_bufts=str(m.get("extra_bufts", "auto")))
-            if c.model.extra_bufts not in ("auto", "on", "off"):
-                raise ConfigError(f"model.extra_bufts must be auto, on or off, not {c.model.extra_bufts!r}")
+            if c.model.extra_bufts not in ("auto", "on", "repack", "off"):
+                raise ConfigError(f"model.extra_bufts must be auto, on, repack or off, not {c.model.extra_bufts!r}")
             for key in ("rpc", "device", "split_mode", "tensor_split"):
                 if m.get(key) is not None:
                     setattr(c.model, key, str(m[key]))

@@ -6,18 +6,23 @@ machines (virtual machines that report AMX but do not let a process use it)
 the first matrix multiply in those kernels kills the process with a
 segmentation fault. So, once per llama.cpp build and CPU, a throwaway child
 process loads the default model with them and decodes a few tokens; its exit
-tells whether they work. The answer is kept in the cache folder and every
-later model is loaded without them where they failed (llama.cpp's
-``--no-repack``).
+tells whether they work. Where it dies, a second child tries the repacked
+weights alone (speculators.repack: AMX and any other extra type left out,
+the weights ``CPU_REPACK`` can hold sent to it by name); where that dies too,
+models load without any (llama.cpp's ``--no-repack``). The answer is kept in
+the cache folder and every later model is loaded accordingly.
 
 The choice, ``[model] extra_bufts`` in config.toml or ``--extra-bufts``:
 
 - ``auto`` (default): as the probe found (it runs when no answer is kept);
-- ``on``: always with them (llama.cpp's default);
+- ``on``: always with all of them (llama.cpp's default);
+- ``repack``: the repacked weights only;
 - ``off``: never (``--no-repack``).
 
 >>> decide("off").use, decide("off").source
 (False, 'forced off')
+>>> decide("repack").mode, decide("repack").use
+('repack', False)
 """
 
 from __future__ import annotations
@@ -35,12 +40,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-MODES = ("auto", "on", "off")
+MODES = ("auto", "on", "repack", "off")
 
-#: "on" or "off": the answer for this process and its children, no probe (a parent that probed
-#: already, e.g. the test suite, passes it on)
+#: "on", "repack" or "off": the answer for this process and its children, no probe (a parent
+#: that probed already, e.g. the test suite, passes it on)
 ENV = "DRAFTLIGHT_EXTRA_BUFTS"
-#: tests: the probe child kills itself with this signal instead of decoding ("segv", "abrt")
+#: tests: the probe child kills itself with this signal instead of decoding ("segv", "abrt"); with
+#: a mode after a colon ("segv:on") only the probe of that mode does (a CPU whose AMX kernels crash)
 SIMULATE_ENV = "DRAFTLIGHT_PROBE_SIMULATE"
 
 
@@ -57,16 +63,28 @@ class ProbeResult:
 
 @dataclass
 class Decision:
-    use: bool
-    #: "forced on", "forced off", "probed now", "cached", or "probe failed"
+    #: "on" (all the extra buffer types), "repack" (the repacked weights only) or "off"
+    mode: str
+    #: "forced on", "forced off", "forced repack", "probed now", "cached", or "probe failed"
     source: str
     detail: str = ""
     probe: ProbeResult | None = None
+    #: the probe of the repacked weights alone, where the first one died
+    probe_repack: ProbeResult | None = None
+
+    @property
+    def use(self) -> bool:
+        """Whether models load with all of the CPU's extra buffer types (llama.cpp's default)."""
+        return self.mode == "on"
 
     def line(self) -> str:
-        state = "on" if self.use else "off (as llama.cpp's --no-repack)"
-        return f"CPU extra buffer types (AMX, repacked weights): {state} — {self.source}" + \
+        return f"CPU extra buffer types (AMX, repacked weights): {STATES[self.mode]} — {self.source}" + \
             (f": {self.detail}" if self.detail else "")
+
+
+#: what each mode means, in a few words
+STATES = {"on": "on", "repack": "the repacked weights only (AMX and other extra types off)",
+          "off": "off (as llama.cpp's --no-repack)"}
 
 
 def signal_name(returncode: int | None) -> str:
@@ -127,27 +145,33 @@ def _read_cache() -> dict:
 
 
 def cached(k: str | None = None) -> dict | None:
-    """The kept answer for this build and CPU: {"ok": bool, "detail": str, ...}, or None."""
+    """The kept answer for this build and CPU: {"ok": bool, "mode": str, "detail": str, ...}, or None
+    ("ok": all the extra buffer types work; "mode": how models load, see :class:`Decision`)."""
     entry = _read_cache().get(k or key())
-    return entry if isinstance(entry, dict) and isinstance(entry.get("ok"), bool) else None
+    if not (isinstance(entry, dict) and isinstance(entry.get("ok"), bool)):
+        return None
+    if entry.get("mode") not in ("on", "repack", "off"):
+        entry["mode"] = "on" if entry["ok"] else "off"     # kept by a version that had no "repack"
+    return entry
 
 
-def _write_cache(k: str, result: ProbeResult) -> None:
+def _write_cache(k: str, result: ProbeResult, mode: str, detail: str) -> None:
     from .fileutil import atomic_write_text
     data = _read_cache()
-    data[k] = {"ok": result.ok, "detail": result.detail, "returncode": result.returncode,
+    data[k] = {"ok": result.ok, "mode": mode, "detail": detail, "returncode": result.returncode,
                "when": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(result.seconds, 2)}
     with contextlib.suppress(OSError):
         atomic_write_text(cache_file(), json.dumps(data, indent=1, sort_keys=True))
 
 
-def probe(model_path: str, timeout: float = 180.0) -> ProbeResult:
-    """Load ``model_path`` with the extra buffer types in a child process and decode a few tokens."""
+def probe(model_path: str, timeout: float = 180.0, mode: str = "on") -> ProbeResult:
+    """Load ``model_path`` with the extra buffer types (``mode`` "on": all of them, "repack": the
+    repacked weights only) in a child process and decode a few tokens."""
     t0 = time.perf_counter()
     env = dict(os.environ)
     env.pop("DRAFTLIGHT_LOG_FD", None)
     env["DRAFTLIGHT_LLAMA_LOG"] = "1"   # the child's llama.cpp log goes to its stderr, which we keep
-    cmd = [sys.executable, "-m", "app.cpu_check", "--probe", os.path.abspath(model_path)]
+    cmd = [sys.executable, "-m", "app.cpu_check", "--probe", os.path.abspath(model_path), mode]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=env,
                            stdin=subprocess.DEVNULL)
@@ -177,29 +201,47 @@ def decide(mode: str = "auto", model_path: str | None = None,
     """
     if mode not in MODES:
         raise ValueError(f"extra_bufts must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == "on":
-        return Decision(True, "forced on")
-    if mode == "off":
-        return Decision(False, "forced off")
+    if mode in ("on", "repack", "off"):
+        return Decision(mode, f"forced {mode}")
     env = os.environ.get(ENV, "").strip().lower()
-    if env in ("on", "off"):
-        return Decision(env == "on", f"set by {ENV}")
+    if env in ("on", "repack", "off"):
+        return Decision(env, f"set by {ENV}")
     k = key()
     entry = cached(k)
     if entry is not None:
-        return Decision(entry["ok"], "cached", str(entry.get("detail", "")))
+        return Decision(entry["mode"], "cached", str(entry.get("detail", "")))
     if model_path is None:
         from .models import ensure_default_model
         model_path = str(ensure_default_model(progress))
     if progress is not None:
         progress(0, 0, "probe")
     r = probe(model_path)
-    if r.ok or _crashed(r):
-        _write_cache(k, r)
-        return Decision(r.ok, "probed now", r.detail, r)
-    # the probe could not run (a Python error, a time-out): say so, play safe, probe again next time
-    why = r.detail + (f" ({r.log_tail[-1].strip()})" if r.log_tail else "")
-    return Decision(False, "probe failed", why, r)
+    if r.ok:
+        _write_cache(k, r, "on", r.detail)
+        return Decision("on", "probed now", r.detail, r)
+    if not _crashed(r):
+        # the probe could not run (a Python error, a time-out): say so, play safe, probe again next time
+        why = r.detail + (f" ({r.log_tail[-1].strip()})" if r.log_tail else "")
+        return Decision("off", "probe failed", why, r)
+    # all of them crash: do the repacked weights alone work? (only worth asking where there is
+    # another extra type than the repacked one, e.g. AMX: else it is the same load again)
+    from speculators.repack import REPACK_NAME, cpu_extra_bufts
+    others = [n for n in cpu_extra_bufts() if n != REPACK_NAME]
+    if REPACK_NAME in cpu_extra_bufts() and others:
+        rr = probe(model_path, mode="repack")
+        if rr.ok:
+            detail = f"with {', '.join(others)} the probe was {signal_name(r.returncode)}; the repacked weights alone work"
+            _write_cache(k, r, "repack", detail)
+            return Decision("repack", "probed now", detail, r, rr)
+        if _crashed(rr):
+            detail = f"the probe was {signal_name(r.returncode)}, and with the repacked weights alone " \
+                     f"{signal_name(rr.returncode)}"
+            _write_cache(k, r, "off", detail)
+            return Decision("off", "probed now", detail, r, rr)
+        why = rr.detail + (f" ({rr.log_tail[-1].strip()})" if rr.log_tail else "")
+        return Decision("off", "probe failed", f"{r.detail}; then {why}", r, rr)
+    _write_cache(k, r, "off", r.detail)
+    return Decision("off", "probed now", r.detail, r)
 
 
 def apply(mode: str = "auto", model_path: str | None = None,
@@ -207,17 +249,17 @@ def apply(mode: str = "auto", model_path: str | None = None,
     """:func:`decide`, then make every later model of this process load accordingly."""
     from speculators.llama import set_extra_bufts
     d = decide(mode, model_path, progress)
-    set_extra_bufts(d.use)
+    set_extra_bufts(d.mode)
     return d
 
 
-def _probe_main(model_path: str) -> int:
-    """The child: load with the extra buffer types, decode a batch and single tokens."""
+def _probe_main(model_path: str, mode: str = "on") -> int:
+    """The child: load with the extra buffer types (``mode``), decode a batch and single tokens."""
     from speculators.llama import Context, Model
-    sim = os.environ.get(SIMULATE_ENV, "")
-    m = Model(model_path, use_extra_bufts=True)
+    sim, _, sim_mode = os.environ.get(SIMULATE_ENV, "").partition(":")
+    m = Model(model_path, use_extra_bufts=mode)
     ctx = Context(m, n_ctx=128, n_batch=64, n_threads=None)
-    if sim:
+    if sim and sim_mode in ("", mode):
         sys.stderr.write(f"simulated crash ({sim}) before the first matrix multiply\n")
         sys.stderr.flush()
         os.kill(os.getpid(), {"segv": signal.SIGSEGV, "abrt": signal.SIGABRT}.get(sim, signal.SIGSEGV))
@@ -240,6 +282,6 @@ def summary() -> dict:
 
 
 if __name__ == "__main__":  # pragma: no cover - the probe child
-    if len(sys.argv) == 3 and sys.argv[1] == "--probe":
-        sys.exit(_probe_main(sys.argv[2]))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--probe":
+        sys.exit(_probe_main(sys.argv[2], *sys.argv[3:]))
     print(json.dumps(asdict(decide()), default=str, indent=1))

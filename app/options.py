@@ -48,9 +48,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-t", "--threads", type=_int, help="CPU threads (default: physical cores)")
     g.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=_ngl, dest="n_gpu_layers",
                    help="layers to offload to the GPU: a number, 'auto' or 'all'")
-    g.add_argument("--extra-bufts", choices=("auto", "on", "off"), dest="extra_bufts",
-                   help="the CPU's extra buffer types (AMX, repacked weights): auto (default: on where a "
-                        "one-time probe found that they work on this CPU), on, or off")
+    g.add_argument("--extra-bufts", choices=("auto", "on", "repack", "off"), dest="extra_bufts",
+                   help="the CPU's extra buffer types (AMX, repacked weights): auto (default: as a one-time "
+                        "probe found on this CPU: all of them where they work, else the repacked weights "
+                        "alone where those do, else none), on, repack, or off")
     g.add_argument("-nr", "--no-repack", action="store_const", const="off", dest="extra_bufts",
                    help="llama.cpp's flag: the same as --extra-bufts off")
     d = p.add_argument_group("devices and other machines (llama.cpp's flags)")

@@ -45,22 +45,35 @@ _log_fd: int | None = None
 with contextlib.suppress(ValueError):
     _log_fd = int(os.environ["DRAFTLIGHT_LOG_FD"]) if os.environ.get("DRAFTLIGHT_LOG_FD") else None
 
-#: whether models are loaded with the CPU's extra buffer types (AMX, repacked weights), as
-#: llama.cpp does by default; ``--no-repack`` turns them off (see :func:`set_extra_bufts`)
-_extra_bufts = True
+#: how models are loaded with the CPU's extra buffer types: "on" (all of them: AMX, repacked
+#: weights; llama.cpp's default), "repack" (the repacked weights only, see speculators.repack) or
+#: "off" (none: llama.cpp's ``--no-repack``); see :func:`set_extra_bufts`
+EXTRA_BUFT_MODES = ("on", "repack", "off")
+_extra_bufts = "on"
 
 
-def set_extra_bufts(on: bool) -> None:
-    """Load every later model with (True) or without the CPU's extra buffer types.
+def _mode(on: bool | str) -> str:
+    if isinstance(on, str):
+        if on not in EXTRA_BUFT_MODES:
+            raise ValueError(f"extra buffer types must be one of {', '.join(EXTRA_BUFT_MODES)}, not {on!r}")
+        return on
+    return "on" if on else "off"
 
-    llama.cpp's ``--no-repack``: without them, weights stay in plain CPU buffers,
-    so neither the AMX kernels nor the repacked-weight kernels are used.
-    """
+
+def set_extra_bufts(on: bool | str) -> None:
+    """Load every later model with the CPU's extra buffer types (True or "on"), with the
+    repacked-weight one only ("repack"), or without any (False or "off": llama.cpp's
+    ``--no-repack``, weights in plain CPU buffers)."""
     global _extra_bufts
-    _extra_bufts = bool(on)
+    _extra_bufts = _mode(on)
 
 
 def extra_bufts() -> bool:
+    """Whether models load with all of the CPU's extra buffer types, as llama.cpp does by default."""
+    return _extra_bufts == "on"
+
+
+def extra_bufts_mode() -> str:
     return _extra_bufts
 
 
@@ -181,10 +194,23 @@ class Model:
         #: where the offloaded layers go: ``--device`` names (None: every device, "none": the CPU only)
         self.devices = devices
         keep = self._place(params, devices, split_mode, tensor_split, main_gpu)
-        #: whether the CPU's extra buffer types were allowed (None: the process-wide choice)
-        self.use_extra_bufts = _extra_bufts if use_extra_bufts is None else bool(use_extra_bufts)
+        #: "on", "repack" or "off": the CPU's extra buffer types (None: the process-wide choice)
+        self.extra_bufts_mode = _extra_bufts if use_extra_bufts is None else _mode(use_extra_bufts)
+        #: whether all of them were allowed (llama.cpp's ``use_extra_bufts``)
+        self.use_extra_bufts = self.extra_bufts_mode == "on"
+        #: how many weights were sent to the repacked-weight buffer type by name ("repack" mode)
+        self.n_repack_overrides = 0
         if hasattr(params, "use_extra_bufts"):
             params.use_extra_bufts = self.use_extra_bufts
+        if self.extra_bufts_mode == "repack":
+            from .devices import offload_devices, resolve_devices
+            from .repack import overrides
+            named = resolve_devices(devices)
+            offload = bool(named) if named is not None else bool(offload_devices())
+            arr, self.n_repack_overrides = overrides(self.path, int(n_gpu_layers), offload)
+            if arr is not None:
+                params.tensor_buft_overrides = ctypes.cast(arr, ctypes.c_void_p)
+                keep += (arr,)
         #: whether the NextN/MTP layers were loaded (llama.cpp skips them by default)
         self.load_mtp = bool(load_mtp)
         if load_mtp:
