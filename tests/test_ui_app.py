@@ -148,18 +148,18 @@ async def test_colour_toggle_and_markdown_view():
         reply = await send_and_wait(pilot, app)
         assert reply.body.coloured
         await pilot.press("f5")
-        assert not reply.body.coloured
-        # off view defaults to Markdown: the Markdown widget shows, the coloured body hides
-        assert reply._markdown is not None and reply._markdown.display and not reply.body.display
+        # the plain view (the default) stays; only the colours go
+        assert not reply.body.coloured and reply.body.display and reply._markdown is None
         assert "colouring off" in str(app.query_one(Legend).render())
-        await pilot.press("f6")  # off view: plain
-        assert reply.body.display and not reply.body.coloured
         plain_styles = {s.style for s in reply.body.render_line(0) if s.text.strip()}
         assert len(plain_styles) == 1  # one style for all text: no colours
+        await pilot.press("f6")  # Markdown: the Markdown widget shows, the body hides, still uncoloured
+        assert reply._markdown is not None and reply._markdown.display and not reply.body.display
+        assert not app.colouring
         await pilot.press("f5")
-        assert reply.body.coloured and reply.body.display
+        assert reply.body.coloured and app.colouring and reply._markdown.display
         assert config_mod.load().ui_get("colouring") is True
-        assert config_mod.load().ui_get("off_view") == "plain"
+        assert config_mod.load().ui_get("off_view") == "markdown"
 
 
 async def test_hover_and_keyboard_selection_show_the_drafter():

@@ -92,7 +92,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("toggle_stats", "f4", "Stats", "Show or hide the statistics panel", "View", show=True),
     ActionSpec("toggle_colour", "f5", "Colour", "Colour drafted tokens on or off", "View", show=True),
     ActionSpec("toggle_off_view", "f6", "Markdown/plain",
-               "Uncoloured view: switch between Markdown and plain text", "View"),
+               "Show replies as Markdown or as plain text (colouring stays as F5 sets it)", "View"),
     ActionSpec("system_prompt", "f7", "System prompt",
                "Edit the system prompt: this chat's, and the default for new chats", "Chat"),
     ActionSpec("lab", "f8", "Lab", "Which speculation pays on this prompt: configurations side by side, "
@@ -229,8 +229,9 @@ class DraftlightApp(App[int]):
         return self.session.chat_id
 
     @property
-    def view_mode(self) -> str:
-        return "coloured" if self.colouring else self.off_view
+    def markdown_view(self) -> bool:
+        """F6: replies laid out as Markdown (else as plain text); independent of colouring (F5)."""
+        return self.off_view == "markdown"
 
     # -- layout ------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -290,7 +291,7 @@ class DraftlightApp(App[int]):
         self.draft_styles = draft_styles(t)
         self.palette_version += 1
         for v in self._views():
-            v.body.set_palette(self.draft_styles, self.palette_version)
+            v.set_palette(self.draft_styles, self.palette_version)
         self._refresh_bars()
         self._refresh_stats()
 
@@ -322,7 +323,7 @@ class DraftlightApp(App[int]):
         s = self.session
         types = s.active_types
         spec = (", ".join(types) if types else "no speculation") if s.engine is not None else ""
-        top.show(s.model_label, spec, self.state, s.title, len(types), auto=s.config.spec.is_auto and bool(types))
+        top.show(s.model_label, spec, self.state, s.title, len(types), auto=self._running_auto())
         waiting = s.configured_types if s.engine is None else []
         legend.show(types, self.draft_styles, self.colouring, self.off_view, self._hover, s.skipped, waiting)
 
@@ -341,8 +342,15 @@ class DraftlightApp(App[int]):
         job = s.job
         live = job.live if job is not None else None
         tokens = s.new_tokens(job.turn, 0) if job is not None else []
+        loaded = s.engine is not None
         panel.show_stats(s.stats.with_live(live, tokens), live is not None, self.draft_styles,
-                         s.lookup_figures())
+                         s.lookup_figures(), active=s.active_types if loaded else None,
+                         auto=self._running_auto() if loaded else None)
+
+    def _running_auto(self) -> bool:
+        """Whether the loaded model's speculation is Automatic (the running chain's, not the settings')."""
+        spec = getattr(self.session.engine, "spec", None)
+        return bool(getattr(spec, "is_auto", False)) and bool(self.session.active_types)
 
     # -- loading -------------------------------------------------------------------------
     def start_loading(self, model: ModelOptions) -> None:
@@ -633,7 +641,7 @@ class DraftlightApp(App[int]):
         label = self.session.model_label if turn.role == "assistant" else None
         v = MessageView(turn.role, turn.text if not turn.tokens else "", tokens=turn.tokens or None,
                         stats=turn.stats, status=turn.status, finish=turn.finish, key=turn.key, label=label,
-                        view_mode=self.view_mode, styles=self.draft_styles, palette_version=self.palette_version,
+                        coloured=self.colouring, markdown=self.markdown_view, styles=self.draft_styles, palette_version=self.palette_version,
                         probe=self.lag_probe, error=turn.error if turn.role == "assistant" else None)
         self._views_by_key[turn.key] = v
         return v
@@ -882,9 +890,8 @@ class DraftlightApp(App[int]):
         self.remember_ui(stats_panel=bool(panel.display))
 
     def _apply_view(self) -> None:
-        mode = self.view_mode
         for v in self._views():
-            v.set_view(mode)
+            v.set_view(self.colouring, self.markdown_view)
         self._refresh_bars()
 
     def action_toggle_colour(self) -> None:
@@ -893,11 +900,12 @@ class DraftlightApp(App[int]):
         self.remember_ui(colouring=self.colouring)
 
     def action_toggle_off_view(self) -> None:
+        # the layout only: colouring stays as F5 left it
         self.off_view = "plain" if self.off_view == "markdown" else "markdown"
-        self.colouring = False
         self._apply_view()
-        self.remember_ui(off_view=self.off_view, colouring=False)
-        self.notify(f"Uncoloured view: {self.off_view}", timeout=2)
+        self.remember_ui(off_view=self.off_view)
+        self.notify(f"{'Markdown' if self.markdown_view else 'Plain'} view"
+                    f"{'' if self.colouring else ' (colouring off: F5)'}", timeout=2)
 
     @on(ProvenanceHover)
     def _hover_info(self, msg: ProvenanceHover) -> None:
@@ -917,7 +925,8 @@ class DraftlightApp(App[int]):
             self.notify("The model is still loading.", timeout=3)
         self.push_screen(SettingsScreen(self.config.spec, self.config.sampling, self.config.model,
                                         self.config.max_tokens, s.engine, overflow=self.config.overflow,
-                                        lookup=s.lookup_figures()), self._settings_done)
+                                        lookup=s.lookup_figures(),
+                                        n_ctx=s.n_ctx if s.engine is not None else None), self._settings_done)
 
     def action_lab(self, prompt_file: str | None = None) -> None:
         from .lab import LabScreen

@@ -647,6 +647,44 @@ class SettingsResult:
     overflow: str = "rolling"
 
 
+#: llama.cpp makes a context a multiple of this (llama_context pads n_ctx: -c 128 gives 256)
+CTX_PAD = 256
+
+
+def ctx_in_use(asked: int, n_ctx_train: int = 0) -> int | None:
+    """The context size llama.cpp makes of ``-c asked`` (None: not known here, for 0 without the
+    model's own)::
+
+        >>> [ctx_in_use(n) for n in (128, 256, 300, 4096)]
+        [256, 256, 512, 4096]
+        >>> ctx_in_use(0, 32768), ctx_in_use(0)
+        (32768, None)
+    """
+    n = asked or n_ctx_train
+    return -(-n // CTX_PAD) * CTX_PAD if n > 0 else None
+
+
+def ctx_hint(asked: int | None, in_use: int | None) -> str:
+    """The note beside the context size: the size in use, and why it is not the one asked for.
+
+    >>> ctx_hint(128, 256)
+    'asked for 128: llama.cpp rounds up to a multiple of 256'
+    >>> print(ctx_hint(4096, 4096))
+    in use · default 4096 · 0: the model's own
+    >>> ctx_hint(300, None)
+    'llama.cpp will use 512 (a multiple of 256)'
+    """
+    if in_use is not None and asked is not None and asked != in_use:
+        if asked == 0:
+            return "0 asked for the model's own"
+        return f"asked for {asked}: llama.cpp rounds up to a multiple of {CTX_PAD}"
+    if in_use is not None:
+        return "in use · " + _hint("model.ctx_size", "int")
+    if asked and ctx_in_use(asked) != asked:
+        return f"llama.cpp will use {ctx_in_use(asked)} (a multiple of {CTX_PAD})"
+    return _hint("model.ctx_size", "int")
+
+
 def collect_errors(spec: SpecParams, sampling: SamplingParams) -> dict[str, str]:
     """Every out-of-range value (validate() stops at the first; reset it and go on)."""
     errors: dict[str, str] = {}
@@ -691,17 +729,19 @@ class FieldRow(Horizontal):
     FieldRow > .f-note.-error { color: $error; text-style: bold; }
     """
 
-    def __init__(self, key: str, label: str, kind: str, value: str):
+    def __init__(self, key: str, label: str, kind: str, value: str, hint: str | None = None):
         super().__init__(classes="-wide" if kind in ("path", "str") else "")
         self.key = key
         self.kind = kind
         self.label = label
         self.value = value
+        #: the note beside the field when its value is valid
+        self.hint = hint if hint is not None else _hint(key, kind)
 
     def compose(self) -> ComposeResult:
         yield Label(self.label, classes="f-label")
         yield Input(self.value, compact=True, id="f-" + self.key.replace(".", "--"))
-        yield Static(_hint(self.key, self.kind), classes="f-note")
+        yield Static(self.hint, classes="f-note")
 
     def set_error(self, message: str | None) -> None:
         note = self.query_one(".f-note", Static)
@@ -709,7 +749,7 @@ class FieldRow(Horizontal):
             note.update(f"✗ {message}")
             note.add_class("-error")
         else:
-            note.update(_hint(self.key, self.kind))
+            note.update(self.hint)
             note.remove_class("-error")
 
 
@@ -764,8 +804,11 @@ class SettingsScreen(Screen[SettingsResult | None]):
         pass
 
     def __init__(self, spec: SpecParams, sampling: SamplingParams, model: ModelOptions, max_tokens: int,
-                 engine: Any, *, overflow: str = "rolling", lookup: dict | None = None):
+                 engine: Any, *, overflow: str = "rolling", lookup: dict | None = None,
+                 n_ctx: int | None = None):
         super().__init__()
+        #: the context size the loaded model runs with (llama.cpp rounds the one asked for up)
+        self.n_ctx = n_ctx
         self.overflow = overflow
         self.lookup = lookup
         self._building = False
@@ -784,6 +827,8 @@ class SettingsScreen(Screen[SettingsResult | None]):
         if section == "sampling":
             return _fmt(getattr(self.sampling, name), kind)
         if section == "model":
+            if name == "ctx_size" and self.n_ctx:
+                return str(self.n_ctx)   # the size in use; the hint says what was asked for
             return _fmt(getattr(self.model_opts, name), kind)
         if section == "chat":
             return str(self.max_tokens)
@@ -828,7 +873,9 @@ class SettingsScreen(Screen[SettingsResult | None]):
             yield Static("Changing these reloads the model; speculation and sampling do not.",
                          classes="s-note")
             for key, label, kind in MODEL_FIELDS:
-                yield FieldRow(key, label, kind, self._value(key, kind))
+                yield FieldRow(key, label, kind, self._value(key, kind),
+                               hint=ctx_hint(self.model_opts.ctx_size, self.n_ctx)
+                               if key == "model.ctx_size" else None)
             yield Static(devices_text(getattr(self.engine, "devices", None)), classes="s-note", id="devices")
             yield Static("When the conversation outgrows the context", classes="s-section")
             yield OptionList(*[Option(label, id=f"ov-{name}") for name, label in OVERFLOW_CHOICES],
@@ -904,6 +951,8 @@ class SettingsScreen(Screen[SettingsResult | None]):
             if section == "sampling":
                 setattr(sampling, name, value)
             elif section == "model":
+                if name == "ctx_size" and self.n_ctx and value == self.n_ctx:
+                    value = self.model_opts.ctx_size   # the size in use, as shown: no change
                 if name == "ctx_size" and value < 0:
                     errors[row.key] = "must be >= 0"
                 if name == "threads" and value is not None and value < 1:
@@ -966,6 +1015,14 @@ class SettingsScreen(Screen[SettingsResult | None]):
     def _changed(self, event: Input.Changed) -> None:
         if event.input.id == "f-draft--model" and self.is_mounted:
             self._update_draft_availability(event.value.strip())
+        if event.input.id == "f-model--ctx_size" and isinstance(event.input.parent, FieldRow):
+            try:
+                asked = int(event.value.strip())
+            except ValueError:
+                asked = None
+            shown = asked == self.n_ctx and self.n_ctx is not None
+            event.input.parent.hint = ctx_hint(self.model_opts.ctx_size if shown else asked,
+                                               self.n_ctx if shown else None)
         self._schedule_revalidate()
 
     def _schedule_revalidate(self) -> None:
@@ -990,7 +1047,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
                 sw.value = False
             self.query_one(f"#desc-{t.value}", Static).update(reason or SPEC_INFO.get(t, ""))
         self.spec.draft.model = draft_model or None
-        self.query_one("#auto-plan", Static).update(self._auto_text())
+        self._refresh_auto_text()
 
     def _auto_plan(self) -> list:
         """What Automatic uses and why: the running chain's answer, else from the GGUF headers."""
@@ -1004,7 +1061,30 @@ class SettingsScreen(Screen[SettingsResult | None]):
         except Exception:
             return []
 
+    def _form_auto(self) -> bool:
+        """Whether the form has Automatic on (the spec it was opened with, before it is mounted)."""
+        sw = self.query("#sw-auto")
+        return bool(sw.first().value) if sw else self.spec.is_auto
+
+    def _form_types(self) -> list[str]:
+        """The types switched on by hand in the form, in priority order."""
+        out = []
+        for t in PRIORITY:
+            sw = self.query(f"#sw-{t.value}")
+            if sw:
+                if sw.first().value and not sw.first().disabled:
+                    out.append(t.value)
+            elif t in self.spec.types and self.reasons.get(t.value) is None:
+                out.append(t.value)
+        return out
+
     def _auto_text(self) -> str:
+        """What the form's speculation is: Automatic's picks (and why not the others) while it is on;
+        the types switched on by hand while it is off (never Automatic's picks then)."""
+        if not self._form_auto():
+            manual = self._form_types()
+            return ("Automatic is off: " + (f"speculation uses {', '.join(manual)} (switched on below)"
+                                              if manual else "no speculation (switch types on below)"))
         plan = self._auto_plan()
         used = [c.name for c in plan if c.used]
         unused = [f"{c.name} ({c.reason})" for c in plan if not c.used]
@@ -1013,12 +1093,18 @@ class SettingsScreen(Screen[SettingsResult | None]):
             lines.append("not: " + "; ".join(unused))
         return "\n".join(lines)
 
+    def _refresh_auto_text(self) -> None:
+        plan = self.query("#auto-plan")
+        if plan:
+            plan.first().update(self._auto_text())
+
     @on(Switch.Changed, "#sw-auto")
     def _auto_switched(self, event: Switch.Changed) -> None:
         event.stop()
         for t in PRIORITY:
             sw = self.query_one(f"#sw-{t.value}", Switch)
             sw.disabled = event.value or self.reasons.get(t.value) is not None
+        self._refresh_auto_text()
         self._schedule_revalidate()
 
     @on(Switch.Changed)
@@ -1027,6 +1113,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
         params = self.query(f"#params-{name}")
         if params:
             params.first().set_class(not event.value, "-off")
+        self._refresh_auto_text()
         self._schedule_revalidate()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -348,6 +348,91 @@ class ProvenanceHover(Message):
         self.info = info
 
 
+def align_offsets(shown: str, source: str, window: int = 64) -> list[int | None]:
+    r"""For each character of ``shown`` (text Markdown rendered from ``source``), its offset in
+    ``source``, or None where it has none (a bullet, a replaced character).
+
+    Rendering drops markup (``**``, backticks, link targets, a quote's ``>``) and turns line
+    breaks into spaces, so the characters are matched in order, whitespace to any whitespace,
+    each searched for at most ``window`` characters ahead of the last match::
+
+        >>> src = "Some **bold** and `code`\nnext line"
+        >>> shown = "Some bold and code next line"
+        >>> offs = align_offsets(shown, src)
+        >>> "".join(src[o] for o in offs).replace("\n", " ") == shown
+        True
+        >>> src[offs[shown.index("code")]:offs[shown.index("code")] + 4]
+        'code'
+    """
+    out: list[int | None] = []
+    j = 0
+    n = len(source)
+    for ch in shown:
+        ws = ch.isspace()
+        k, lim = j, min(n, j + window)
+        while k < lim and not (source[k] == ch or (ws and source[k].isspace())):
+            k += 1
+        if k < lim:
+            out.append(k)
+            j = k + 1
+        else:
+            out.append(None)
+    return out
+
+
+def colour_markdown(md: Markdown, drafted: Sequence[tuple[int, int, str, int, int]],
+                    styles: Mapping[str, Style]) -> int:
+    """Colour the drafted characters of a rendered :class:`Markdown` document (its source is the
+    reply's text; ``drafted``: ``(start, end, by, pos, run)`` character ranges of the source, as
+    :class:`ReplyBody` keeps them) in their speculator's colour, block by block. Each block's
+    content is rebuilt from its own token first, so colouring twice is colouring once. Tables
+    stay uncoloured. Returns the characters coloured."""
+    from textual.widgets._markdown import MarkdownBlock, MarkdownFence
+    source = md.source
+    owner: list[tuple[str, int, int] | None] = [None] * len(source)
+    for s0, s1, by, pos, run in drafted:
+        for c in range(max(0, s0), min(s1, len(source))):
+            owner[c] = (by, pos, run)
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    fallback = Style(bold=True)
+    n_coloured = 0
+    for block in md.query(MarkdownBlock):
+        if isinstance(block, MarkdownFence):
+            fresh = block._highlighted_code
+            first_line = 1      # past the opening fence
+        elif block._inline_token is not None:
+            fresh = block._token_to_content(block._inline_token)
+            first_line = 0
+        else:
+            continue
+        l0, l1 = block.source_range
+        l0 = min(l0 + first_line, len(starts) - 1)
+        l1 = min(max(l1, l0), len(starts) - 1)
+        base = starts[l0]
+        offsets = align_offsets(fresh.plain, source[base:starts[l1]])
+        spans: list[Span] = []
+        i = 0
+        while i < len(offsets):
+            o = offsets[i]
+            who = owner[base + o] if o is not None else None
+            if who is None:
+                i += 1
+                continue
+            by, pos, run = who
+            j = i + 1      # the rest of this draft's run (its tokens are consecutive positions)
+            while j < len(offsets) and offsets[j] is not None and (nxt := owner[base + offsets[j]]) is not None \
+                    and (nxt[0], nxt[2]) == (by, run):
+                j += 1
+            spans.append(Span(i, j, styles.get(by, fallback) + Style.from_meta({"by": by, "pos": pos, "run": run})))
+            n_coloured += j - i
+            i = j
+        if spans or block._content.spans != fresh.spans:
+            block.set_content(Content(fresh.plain, list(fresh.spans) + spans))
+    return n_coloured
+
+
 class MessageView(Vertical, can_focus=True):
     """One chat message: who, the text, and (for replies) a line of statistics."""
 
@@ -387,7 +472,7 @@ class MessageView(Vertical, can_focus=True):
     def __init__(self, role: str, text: str = "", *, tokens: Sequence[TokenEvent] | None = None,
                  stats: Mapping[str, Any] | None = None, status: str | None = None,
                  finish: str | None = None, key: int | None = None, label: str | None = None,
-                 view_mode: str = "coloured", styles: Mapping[str, Style] | None = None,
+                 coloured: bool = True, markdown: bool = False, styles: Mapping[str, Style] | None = None,
                  palette_version: int = 0, probe: Any = None, error: str | None = None):
         classes = f"-{role}"
         super().__init__(classes=classes)
@@ -408,7 +493,9 @@ class MessageView(Vertical, can_focus=True):
         self._live_height = -1
         self._markdown: Markdown | None = None
         self._md_pending = False
-        self.view_mode = view_mode
+        #: F5: drafted tokens in colour; F6: replies laid out as Markdown (the two are independent)
+        self.coloured = coloured
+        self.markdown = markdown
 
     @property
     def text(self) -> str:
@@ -423,7 +510,7 @@ class MessageView(Vertical, can_focus=True):
         if self.error:
             self.add_class("-error")
         self._update_foot()
-        self.set_view(self.view_mode)
+        self.set_view(self.coloured, self.markdown)
 
     # -- streaming -------------------------------------------------------------
     def start_streaming(self) -> None:
@@ -434,7 +521,7 @@ class MessageView(Vertical, can_focus=True):
 
     def add_tokens(self, tokens, times=None) -> None:
         self.body.append_tokens(tokens, times)
-        if self.view_mode == "markdown":
+        if self._markdown is not None and self._markdown.display:
             self._schedule_markdown()
 
     def live_stats(self, stats: GenerationStats) -> None:
@@ -459,7 +546,7 @@ class MessageView(Vertical, can_focus=True):
             else:
                 self.body.set_text(text)
         self._update_foot()
-        if self.view_mode == "markdown":
+        if self._markdown is not None and self._markdown.display:
             self._schedule_markdown()
         self.body.refresh(layout=True)
 
@@ -485,33 +572,52 @@ class MessageView(Vertical, can_focus=True):
         self.foot.update(reply_footer(self.body.tokens, self.stats, self.finish, self.status, self.notes))
 
     # -- views -------------------------------------------------------------------
-    def set_view(self, mode: str) -> None:
-        """``coloured``, ``plain`` or ``markdown`` (user messages: never Markdown)."""
-        self.view_mode = mode
-        self.body.coloured = mode == "coloured"
-        if mode == "markdown" and self.role == "assistant" and not self.error:
+    @property
+    def view_mode(self) -> str:
+        """``plain`` or ``markdown``, with `` coloured`` where drafted tokens are in colour."""
+        return ("markdown" if self.markdown else "plain") + (" coloured" if self.coloured else "")
+
+    def set_view(self, coloured: bool, markdown: bool) -> None:
+        """Colour drafted tokens or not; lay the text out as Markdown or as it is (user messages
+        and errors: never Markdown). Markdown keeps the colours (see :func:`colour_markdown`)."""
+        self.coloured = coloured
+        self.markdown = markdown
+        self.body.coloured = coloured
+        if markdown and self.role == "assistant" and not self.error:
             if self._markdown is None:
-                self._markdown = Markdown(self.body.text)
+                self._markdown = Markdown("")
                 self.mount(self._markdown, after=self.body)
-            else:
-                self._schedule_markdown()
             self._markdown.display = True
             self.body.display = False
+            self._md_pending = False
+            self._schedule_markdown(now=True)
         else:
             if self._markdown is not None:
                 self._markdown.display = False
             self.body.display = True
 
-    def _schedule_markdown(self) -> None:
+    def set_palette(self, styles: Mapping[str, Style], version: int) -> None:
+        self.body.set_palette(styles, version)
+        if self._markdown is not None and self._markdown.display and self.coloured:
+            self._schedule_markdown(now=True)
+
+    def _schedule_markdown(self, now: bool = False) -> None:
         if self._markdown is None or self._md_pending:
             return
         self._md_pending = True
 
-        def update() -> None:
+        async def update() -> None:
             self._md_pending = False
-            if self._markdown is not None:
-                self._markdown.update(self.body.text)
-        self.set_timer(0.15 if self.streaming else 0.0, update)
+            md = self._markdown
+            if md is None:
+                return
+            await md.update(self.body.text)
+            if self.coloured and md is self._markdown:
+                colour_markdown(md, self.body._drafted, self.body.draft_styles)
+        if self.streaming and not now:
+            self.set_timer(0.15, update)
+        else:
+            self.call_later(update)      # (a timer of 0 s divides by zero in Textual 8)
 
     # -- actions -------------------------------------------------------------------
     def action_copy(self) -> None:
@@ -519,9 +625,10 @@ class MessageView(Vertical, can_focus=True):
 
     def _select(self, step: int) -> None:
         runs = self.body.runs
-        if not runs or self.view_mode != "coloured":
+        if not runs or not self.coloured or not self.body.display:
             self.notify("This message has no coloured draft runs" if not runs else
-                            "Turn colouring on (F5) to inspect drafted runs", timeout=3)
+                        "Turn colouring on (F5) to inspect drafted runs" if not self.coloured else
+                        "Drafted runs are selected in the plain view (F6)", timeout=3)
             return
         cur = self.body.selected_run
         nxt = (0 if step > 0 else len(runs) - 1) if cur is None else (cur + step) % len(runs)
@@ -762,7 +869,13 @@ class StatsPanel(VerticalScroll, can_focus=True):
         yield self.body
 
     def show_stats(self, session: SessionStats, live: bool, styles: Mapping[str, Style],
-                   lookup: Mapping[str, Any] | None = None) -> None:
+                   lookup: Mapping[str, Any] | None = None, active: Sequence[str] | None = None,
+                   auto: bool | None = None) -> None:
+        """``active``: the speculators of the running configuration, in priority order, and
+        ``auto``: whether Automatic's controller runs them (None for either: whatever has figures).
+        Speculators with figures that are not active any more (and Automatic's decisions, once it
+        is off) are listed apart, as earlier in this session; the lookup caches only while
+        ngram-cache is active."""
         t = session.totals
         f = t.figures
         lines: list[Content] = [Content.styled("Session statistics" + ("  ● live" if live else ""),
@@ -771,16 +884,27 @@ class StatsPanel(VerticalScroll, can_focus=True):
         lines.append(Content(f"drafted {t.n_drafted} · {f.accepted_text()}"))
         mal = f.mean_acceptance_length
         lines.append(Content(f"mean acceptance length {mal:.2f}" if mal else "mean acceptance length –"))
+        names = list(active) if active is not None else list(session.speculators)
+        earlier = [n for n in session.speculators if n not in names]
         ctl = session.controller
-        if ctl is not None:
-            lines.append(Content(""))
+        ctl_active = ctl is not None and (auto if auto is not None else True)
+        lines.append(Content(""))
+        if active is not None:
+            now = ("Automatic: " if auto else "Speculation: ") + (", ".join(names) if names else "off")
+            lines.append(Content.styled(now, "bold $secondary"))
+        if ctl_active:
             lines.append(Content.styled("Automatic speculation: what it decided", "bold $secondary"))
             lines.extend(Content(" " + line) for line in ctl.summary())
-        if not session.speculators:
-            lines += [Content(""), Content.styled("No speculator has run yet.", "$foreground-muted"),
+        if not names:
+            lines += [Content.styled("No speculator is on.", "$foreground-muted"),
                       Content.styled("Choose speculation in Settings (F3).", "$foreground-muted")]
+        elif not any(n in session.speculators for n in names):
+            lines += [Content.styled("No speculator has run yet.", "$foreground-muted")]
         width = max(8, (self.size.width or 40) - 18)
-        for name, s in session.speculators.items():
+        for name in names:
+            s = session.speculators.get(name)
+            if s is None:
+                continue
             st = styles.get(name)
             lines.append(Content(""))
             lines.append(Content.styled(f"■ {name}" if not (st and st.background) else f" {name} ", st or "bold"))
@@ -802,7 +926,7 @@ class StatsPanel(VerticalScroll, can_focus=True):
                 more = len(s.n_acc_tokens_per_pos) - len(bars)
                 if more > 0:
                     lines.append(Content.styled(f"     … {more} more positions", "$foreground-muted"))
-        if lookup:
+        if lookup and (active is None or "ngram-cache" in names):
             lines.append(Content(""))
             lines.append(Content.styled("Lookup caches (ngram-cache)", "bold $secondary"))
             for kind in ("static", "dynamic"):
@@ -818,6 +942,16 @@ class StatsPanel(VerticalScroll, can_focus=True):
             pending = lookup.get("pending_entries") or 0
             if pending:
                 lines.append(Content.styled(f" {pending:,} entries learned, not saved yet", "$foreground-muted"))
+        if earlier or (ctl is not None and not ctl_active):
+            # figures of speculation that is not running now: apart, and said to be so
+            lines.append(Content(""))
+            lines.append(Content.styled("Earlier in this session (not in use now)", "bold $foreground-muted"))
+            if ctl is not None and not ctl_active:
+                lines.append(Content.styled(" Automatic's controller: off now", "$foreground-muted"))
+            for name in earlier:
+                s = session.speculators[name]
+                lines.append(Content.styled(f" {name:<13} tokens gen/acc {s.n_gen_tokens}/{s.n_acc_tokens} "
+                                            f"({pct(s.acceptance_rate)})", "$foreground-muted"))
         if session.speculators or ctl is not None:
             lines.append(Content(""))
             lines.append(Content.styled("What the terms mean", "bold $secondary"))
