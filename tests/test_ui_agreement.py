@@ -232,3 +232,51 @@ def test_markdown_text_is_matched_back_to_its_source():
         base = src.index(text[:4])
         got = "".join(src[base + o] if o is not None else "?" for o in offs)
         assert got.replace("\n", " ") == text
+
+
+# -- the welcome screen's starter requests ----------------------------------------------------------
+
+async def test_a_starter_key_sends_exactly_its_request_while_the_chat_is_empty():
+    from app.ui.app import ACTIONS, STARTERS
+    app, engine = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot, app)
+        welcome = str(app.query_one("#welcome").render())
+        for i, st in enumerate(STARTERS, 1):
+            assert f"Alt+{i} {st.text}" in welcome
+        # each is an action with its key: in the help and the palette like the others
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {f"Starter {i}" for i in range(1, len(STARTERS) + 1)} <= titles
+        assert [a.keys for a in ACTIONS if a.action.startswith("starter(")] == \
+            [f"alt+{i}" for i in range(1, len(STARTERS) + 1)]
+        await pilot.press("alt+3")
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        assert app._views()[0].text == STARTERS[2].text
+        assert engine.requests[-1][-1] == {"role": "user", "content": STARTERS[2].text}
+        assert not app.query_one("#welcome").display
+        assert app.query_one("#prompt").text == ""
+        # with a conversation on screen the starters are gone: the key sends nothing
+        n = len(engine.requests)
+        await pilot.press("alt+1")
+        await pilot.pause(0.2)
+        assert len(app._views()) == 2 and len(engine.requests) == n
+        assert "Starter 1" not in {c.title for c in app.get_system_commands(app.screen)}
+        app.action_new_chat()          # an empty chat: back again
+        await pilot.pause()
+        assert app.query_one("#welcome").display
+        await pilot.press("alt+2")
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        assert app._views()[0].text == STARTERS[1].text
+
+
+async def test_clicking_a_starter_sends_it():
+    from app.ui.app import STARTERS
+    app, engine = make_app()
+    async with app.run_test(size=(200, 40)) as pilot:       # wide: no line of the text wraps
+        await ready(pilot, app)
+        welcome = app.query_one("#welcome")
+        lines = str(welcome.render()).splitlines()
+        row = next(i for i, line in enumerate(lines) if STARTERS[3].text in line)
+        await pilot.click(welcome, offset=(12, row + 1))      # (the widget's top padding is 1)
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        assert app._views()[0].text == STARTERS[3].text

@@ -36,6 +36,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
+from textual.style import Style
 from textual.widgets import Footer, Static
 
 import themes as theme_data
@@ -85,6 +86,28 @@ class ActionSpec:
             .replace("Ctrl+", "Ctrl+").replace("Escape", "Esc")
 
 
+@dataclass(frozen=True)
+class Starter:
+    """A request on the welcome screen that shows speculation at work: the reply copies text from
+    the request, so the drafters (which draft from what the context already holds) are right."""
+
+    text: str      # sent as the person's message
+    copied: str    # the part of it the reply repeats (tests/test_starters.py checks it does)
+
+
+#: chosen by measuring them on the default model at the chat's default settings (each through
+#: the real session, several seeds: tests/test_starters.py, where the rates are)
+STARTERS: tuple[Starter, ...] = (
+    Starter("Copy this shopping list exactly: milk, eggs, bread, butter, cheese, apples, rice, tea.",
+            "milk, eggs, bread, butter, cheese, apples, rice, tea."),
+    Starter("Repeat this exactly: one, two, three, four, five, six, seven, eight, nine, ten.",
+            "one, two, three, four, five, six, seven, eight, nine, ten."),
+    Starter("Repeat this address: 14 Harbour Street, Flat 3, Leith, Edinburgh EH6 6JJ.",
+            "14 Harbour Street, Flat 3, Leith, Edinburgh EH6 6JJ."),
+    Starter("Repeat this list exactly: Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday.",
+            "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday."),
+)
+
 ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("help", "f1", "Help", "Show every key and what it does", "App", show=True),
     ActionSpec("chats", "f2", "Chats", "Saved chats: resume, rename, delete, export", "Chats", show=True),
@@ -105,7 +128,9 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("new_chat", "ctrl+n", "New chat", "Start a new chat", "Chats"),
     ActionSpec("export", "ctrl+s", "Export", "Export this chat to a Markdown file", "Chats"),
     ActionSpec("quit", "ctrl+q", "Quit", "Quit draftlight", "App", priority=True),
-)
+) + tuple(ActionSpec(f"starter({i})", f"alt+{i}", f"Starter {i}",
+                     f"Send “{st.text}” (while the chat is empty)", "Chat")
+          for i, st in enumerate(STARTERS, 1))
 
 #: keys that are not app actions, for the help screen
 EXTRA_KEYS: tuple[tuple[str, str, str], ...] = (
@@ -119,7 +144,7 @@ EXTRA_KEYS: tuple[tuple[str, str, str], ...] = (
 )
 
 #: actions that work only on the chat screen itself (not over dialogs)
-_MAIN_ONLY = {a.action for a in ACTIONS} - {"quit", "help"}
+_MAIN_ONLY = {a.action.partition("(")[0] for a in ACTIONS} - {"quit", "help"}
 
 
 
@@ -248,12 +273,19 @@ class DraftlightApp(App[int]):
 
     def _welcome_text(self) -> Content:
         spec_on = bool(self.session.configured_types)
-        return Content.assemble(
+        pieces: list[Any] = [
             ("Ask anything.", "bold $foreground"), " Tokens a speculator drafted and the model accepted light "
             "up in that speculator's colour; the model's own tokens stay plain.\n",
             ("F3", "bold $accent"), " speculation settings  " if spec_on else " turn speculators on  ",
             ("F4", "bold $accent"), " statistics  ",
-            ("F1", "bold $accent"), " all keys  ", ("Ctrl+P", "bold $accent"), " commands")
+            ("F1", "bold $accent"), " all keys  ", ("Ctrl+P", "bold $accent"), " commands"]
+        if spec_on:
+            # requests whose replies copy from them: the drafts are right there, and light up
+            pieces.append("\n\nTry one (its reply repeats what it quotes, so drafts are accepted):")
+            for i, st in enumerate(STARTERS, 1):
+                click = Style.from_meta({"@click": f"app.starter({i})"})
+                pieces += ["\n", (f"  Alt+{i} ", "bold $accent"), (st.text, click)]
+        return Content.assemble(*pieces)
 
     def on_mount(self) -> None:
         s = self.session
@@ -674,6 +706,9 @@ class DraftlightApp(App[int]):
             return False
         if action == "stop":
             return self.session.job is not None
+        if action == "starter":
+            # only while the chat is empty, as the welcome text that shows them
+            return not self.session.turns and self.session.job is None
         if action in ("regenerate", "edit_last") and (self.session.engine is None or self.session.job is not None):
             return None if action == "regenerate" else False
         return True
@@ -685,6 +720,11 @@ class DraftlightApp(App[int]):
             views[-1].focus()
             return
         super().action_focus_next()
+
+    def action_starter(self, n: int) -> None:
+        """Send the welcome screen's ``n``-th starter request (1-based)."""
+        if 1 <= n <= len(STARTERS) and not self.session.turns and self.session.job is None:
+            self.send(STARTERS[n - 1].text, from_prompt=False)
 
     def action_stop(self) -> None:
         job = self.session.job
@@ -988,9 +1028,11 @@ class DraftlightApp(App[int]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         main = screen is self.screen_stack[0]
         for a in ACTIONS:
-            if a.action == "quit" or (a.action in _MAIN_ONLY and not main):
+            if a.action == "quit" or (a.action.partition("(")[0] in _MAIN_ONLY and not main):
                 continue
             if a.action == "stop" and self.session.job is None:
+                continue
+            if a.action.startswith("starter(") and (self.session.turns or self.session.job is not None):
                 continue
             yield SystemCommand(a.label if a.label != "Stop" else "Stop the reply",
                                 f"{a.help}  [{a.key_display}]",
