@@ -194,10 +194,12 @@ class SpeculatorChain:
         Counted as a draft call; it becomes a draft of the chain only if
         :meth:`commit` is called with it.
         """
+        tp0 = spec.stats.t_process_us
         t0 = time.perf_counter()
         result = list(spec.draft(req))
         dt = time.perf_counter() - t0
-        spec.stats.t_draft_us += dt * 1e6
+        # a drafter whose upkeep was paused catches up first and counts that as process time
+        spec.stats.t_draft_us += max(0.0, dt * 1e6 - (spec.stats.t_process_us - tp0))
         spec.stats.n_call_draft += 1
         if req.n_max > 0 and len(result) > req.n_max:
             result = result[: req.n_max]

@@ -102,6 +102,9 @@ class ControllerParams:
     probe_len: int = 2
     probe_every: int = 16
     probe_every_max: int = 256
+    #: model drafters that could not pay even with every draft accepted (their drafting and
+    #: upkeep cost more than a verify saves) are probed this rarely, to re-measure their cost
+    probe_every_hopeless: int = 256
     #: refine the cost curve from the steps the engine times
     online_cost: bool = True
     #: weight of a new timing in the online cost estimate
@@ -218,6 +221,16 @@ class _SpecState:
         self.len_typ = float(max(1, min(spec.n_max if spec.n_max > 0 else params.max_len, params.max_len)))
         self.potential = 0.0
         self.name = spec.name
+        #: upkeep: the work a drafter that follows the target does on every target batch (a
+        #: draft model decoding it, a hook reading hidden states): seconds per unit of the
+        #: verify-cost curve, i.e. ``u * c(k)`` for a batch of k + 1 (None: not measured yet).
+        #: Pausable drafters (``set_upkeep``) stop paying it while they are not worth asking.
+        self.u_s: float | None = None
+        self.pausable = callable(getattr(spec, "set_upkeep", None))
+        self.upkeep_on = True
+        self._tp_snap: float | None = None
+        #: the drafter cannot pay even at full acceptance (its costs alone exceed what it saves)
+        self.hopeless = False
         #: this speculator's counters in ControllerStats.per_speculator
         self.per: dict[str, float] = {}
         #: steps between asks while cold (from the cost of a call)
@@ -243,8 +256,9 @@ class Decision:
         return self.spec.name if self.spec is not None and self.draft else None
 
 
-_PER_SPEC_COUNTERS = ("verified", "skipped", "cut", "tokens_cut", "shadow", "probes", "calls", "calls_saved")
-_PER_SPEC_SNAPSHOT = ("accept_est", "gain_est", "active")
+_PER_SPEC_COUNTERS = ("verified", "skipped", "cut", "tokens_cut", "shadow", "probes", "calls", "calls_saved",
+                      "upkeep_ms", "upkeep_paused_steps")
+_PER_SPEC_SNAPSHOT = ("accept_est", "gain_est", "active", "upkeep_est", "upkeep_on")
 
 
 @dataclass
@@ -352,6 +366,10 @@ class CostModel:
         self._rel_dirty = True
         #: bumped whenever rel() changes
         self.version = 0
+        #: what model drafters were measured to cost on this device (per drafter: ``t_call``,
+        #: ``u``, ``hopeless``), so that a rebuilt chain starts from it instead of paying for
+        #: probes and upkeep again to learn it
+        self.drafters: dict[str, dict[str, Any]] = {}
 
     @property
     def source(self) -> str:
@@ -452,9 +470,11 @@ class Controller:
         self.cost = cost if isinstance(cost, CostModel) else CostModel(cost, self.params)
         self.curve = self.cost.curve
         self.clock = clock
-        self.states: dict[int, _SpecState] = {id(s): _SpecState(s, self.params) for s in chain.speculators}
+        self.states: dict[int, _SpecState] = {}
         self.stats = ControllerStats(cost_source=self.cost.source)
         self.step = 0
+        for s in chain.speculators:
+            self._state(s)
         self._base = 0
         self._out: list[int] = []
         self._started = False
@@ -473,11 +493,41 @@ class Controller:
     def observe_time(self, n_draft: int, seconds: float) -> None:
         self.cost.observe(n_draft, seconds)
 
+    def _state(self, spec: Speculator) -> _SpecState:
+        st = _SpecState(spec, self.params)
+        self.states[id(spec)] = st
+        if st.expensive:
+            mem = self.cost.drafters.get(self._cost_key(st))
+            if mem:
+                # measured by an earlier chain of this engine: start from it
+                st.t_call, st.u_s, st.hopeless = mem.get("t_call"), mem.get("u_s"), bool(mem.get("hopeless"))
+                if st.hopeless:
+                    st.probe_every = self.params.probe_every_hopeless
+                    st.next_probe = st.probe_every
+                    self._set_upkeep(st, False)
+        return st
+
+    @staticmethod
+    def _cost_key(st: _SpecState) -> str:
+        return str(getattr(st.spec, "cost_key", None) or st.name)
+
+    def _remember(self, st: _SpecState) -> None:
+        self.cost.drafters[self._cost_key(st)] = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless}
+
+    def _set_upkeep(self, st: _SpecState, on: bool) -> None:
+        """Resume or pause a drafter's per-batch work (where it can pause; lossless either way:
+        a resumed drafter catches up on the target's tokens before it drafts)."""
+        if on == st.upkeep_on or not st.pausable:
+            return
+        st.spec.set_upkeep(on)
+        st.upkeep_on = on
+
     # -- per generation ------------------------------------------------------------
     def begin(self) -> None:
         """A new generation: proposals still being scored are dropped."""
         for st in self.states.values():
             st.record = None
+            st._tp_snap = None
         self._started = False
         self._out = []
 
@@ -498,24 +548,58 @@ class Controller:
         t = st.t_call * (k if st.expensive else 1.0)
         return t / max(self.t1_s, 1e-6)
 
+    def _upkeep_factor(self, st: _SpecState) -> float:
+        """What a pausable drafter's upkeep adds to each step, as a share of the step's cost.
+
+        Upkeep a drafter cannot pause is paid whether or not it drafts: it is no reason
+        not to draft, so it does not count here (it shows in the statistics).
+        """
+        return self._upkeep(st) if st.pausable else 0.0
+
+    def _upkeep(self, st: _SpecState) -> float:
+        """A drafter's upkeep as a share of the target's cost for the same batch (0: unknown)."""
+        return (st.u_s or 0.0) / max(self.t1_s, 1e-6)
+
+    def _n_ask(self, st: _SpecState, n_max: int) -> int:
+        """The longest draft worth asking ``st`` for: its typical length, and one more."""
+        n = int(round(st.len_typ))
+        if st.expensive:
+            n += 1  # a drafter only ever returns what it is asked for: leave it room to show more
+            if st.spec.n_max > 0:
+                n = min(n, st.spec.n_max)
+        return max(1, min(n_max, n))
+
     def _potential(self, st: _SpecState, n_max: int) -> tuple[int, float]:
         """(best length, expected gain) of asking ``st`` now, its drafting cost included."""
-        n = max(1, min(n_max, int(round(st.len_typ))))
-        key = (st.model.version, self.cost.version, n, self.step // 16)
+        n = self._n_ask(st, n_max)
+        key = (st.model.version, self.cost.version, n, self.step // 16, round(self._upkeep(st), 2))
         if key != st._pot_key:
             st._pot_key = key
             st._pot = self._potential_now(st, n)
         return st._pot
 
+    def _gain_curve(self, st: _SpecState, expected: Sequence[float]) -> tuple[int, float]:
+        """(k, gain) maximising E_k / (c(k) (1 + upkeep) + drafting cost) for a model drafter."""
+        best_k, best_g = 0, 0.0
+        u = self._upkeep_factor(st)
+        for k, e in enumerate(expected, start=1):
+            g = e / (self.rel(k) * (1.0 + u) + self._draft_cost(st, k))
+            if g > best_g:
+                best_k, best_g = k, g
+        return best_k, best_g
+
     def _potential_now(self, st: _SpecState, n: int) -> tuple[int, float]:
         if st.expensive:
-            best_k, best_g = 0, 0.0
-            for k, e in enumerate(st.model.expected_tokens(n), start=1):
-                g = e / (self.rel(k) + self._draft_cost(st, k))
-                if g > best_g:
-                    best_k, best_g = k, g
-            return best_k, best_g
+            return self._gain_curve(st, st.model.expected_tokens(n))
         return self._best_cut(st, n, self._draft_cost(st, 1))
+
+    def _is_hopeless(self, st: _SpecState) -> bool:
+        """Whether ``st`` could not pay even if every draft token were accepted."""
+        if st.t_call is None:
+            return False
+        n = max(1, st.spec.n_max if st.spec.n_max > 0 else self.params.max_len)
+        _, g = self._gain_curve(st, [k + 1.0 for k in range(1, min(n, self.params.max_len) + 1)])
+        return g < 1.0 + self.params.margin
 
     def _probe_interval(self, st: _SpecState) -> int:
         n_cold = max(1, len(self.states))
@@ -529,6 +613,14 @@ class Controller:
         ``req.n_max`` is the longest draft the step has room for (0: none,
         -1: no limit but the controller's own).
         """
+        dec = self._decide(req)
+        for st in self.states.values():
+            if st.expensive:
+                # the work done from here to observe() is the step's upkeep
+                st._tp_snap = st.spec.stats.t_process_us
+        return dec
+
+    def _decide(self, req: DraftRequest) -> Decision:
         p = self.params
         self.step += 1
         s = self.stats
@@ -552,13 +644,17 @@ class Controller:
         for spec in self.chain.speculators:
             st = self.states.get(id(spec))
             if st is None:
-                st = self.states[id(spec)] = _SpecState(spec, p)
+                st = self._state(spec)
             per = st.per or self._bind(st)
             k_pot, g_pot = self._potential(st, n_max)
             st.potential = g_pot
             active = g_pot >= thr and st.model.n_observed > 0.0
             probe = False
             if st.expensive:
+                # a drafter's upkeep runs while it pays (and until it is measured)
+                self._set_upkeep(st, active or st.u_s is None)
+                if not st.upkeep_on:
+                    per["upkeep_paused_steps"] += 1
                 if active:
                     n_ask = k_pot
                 elif self.step >= st.next_probe:
@@ -576,15 +672,25 @@ class Controller:
                         continue
                     st.next_probe = self.step + st.interval
                 n_ask = n_max
+            tp0 = spec.stats.t_process_us
             t0 = self.clock()
             draft, _ = self.chain.ask(spec, DraftRequest(req.prompt, req.id_last, req.pos0, n_ask))
             dt = self.clock() - t0
+            # a paused drafter catching up on the target's tokens: upkeep, not drafting
+            dt = max(0.0, dt - (spec.stats.t_process_us - tp0) * 1e-6)
             asked += 1
             per["calls"] += 1
             if draft:
                 per_tok = dt / len(draft) if st.expensive else dt
                 st.t_call = per_tok if st.t_call is None else 0.8 * st.t_call + 0.2 * per_tok
-                st.len_typ = 0.8 * st.len_typ + 0.2 * min(len(draft), p.max_len)
+                n_got = min(len(draft), p.max_len)
+                if st.expensive and len(draft) >= n_ask:
+                    # cut by the ask, not by the drafter: it might have drafted longer
+                    n_got = max(n_got, min(st.spec.n_max if st.spec.n_max > 0 else p.max_len, p.max_len))
+                st.len_typ = 0.8 * st.len_typ + 0.2 * n_got
+                if st.expensive:
+                    st.hopeless = self._is_hopeless(st)
+                    self._remember(st)
             elif not st.expensive:
                 st.t_call = dt if st.t_call is None else 0.8 * st.t_call + 0.2 * dt
             if not st.expensive and (per["calls"] <= 2 or (self.step & 7) == 0):
@@ -670,8 +776,13 @@ class Controller:
         st.record = None
 
     def observe(self, dec: Decision, ids: Sequence[int], seconds: float | None = None) -> None:
-        """The step's outcome: the tokens the target produced after ``id_last``."""
+        """The step's outcome: the tokens the target produced after ``id_last``.
+
+        ``seconds``: the step's time, the drafters' upkeep during it included (it is
+        taken out before the verify cost is refined, and charged to the drafters).
+        """
         self._out.extend(int(t) for t in ids)
+        upkeep = self._observe_upkeep(len(dec.draft))
         for st in self.states.values():
             if st.record is not None:
                 self._score(st)
@@ -679,12 +790,43 @@ class Controller:
             st = self.states.get(id(dec.spec))
             if st is not None:
                 n_acc = len(ids) - 1
-                if n_acc > 0:
+                if st.hopeless:
+                    # its costs alone outweigh what a verify can save: only re-measure now and then
+                    st.probe_every = self.params.probe_every_hopeless
+                elif n_acc > 0:
                     st.probe_every = self.params.probe_every
                 else:
                     st.probe_every = min(self.params.probe_every_max, st.probe_every * 2)
+                st.next_probe = max(st.next_probe, self.step + st.probe_every)
         if seconds is not None:
-            self.observe_time(len(dec.draft), seconds)
+            self.observe_time(len(dec.draft), max(seconds - upkeep, 1e-6))
+
+    def _observe_upkeep(self, n_draft: int) -> float:
+        """Charge each model drafter the per-batch work it did this step; the seconds in all."""
+        total = 0.0
+        rel = self.rel(n_draft)
+        for st in self.states.values():
+            if st._tp_snap is None:
+                continue
+            dt = (st.spec.stats.t_process_us - st._tp_snap) * 1e-6
+            st._tp_snap = None
+            if dt <= 0.0:
+                continue
+            total += dt
+            if st.per:
+                st.per["upkeep_ms"] += dt * 1e3
+            if not st.upkeep_on:
+                continue  # a paused drafter's bookkeeping (or a catch-up): not its running cost
+            x = dt / rel
+            if st.u_s is None:
+                st.u_s = x
+            else:
+                x = min(max(x, 0.5 * st.u_s), 2.0 * st.u_s)   # a stall or a catch-up moves it only a little
+                st.u_s += 0.2 * (x - st.u_s)
+            if st.t_call is not None:
+                st.hopeless = self._is_hopeless(st)
+            self._remember(st)
+        return total
 
     # -- statistics -------------------------------------------------------------------
     def _bind(self, st: _SpecState) -> dict[str, float]:
@@ -713,6 +855,8 @@ class Controller:
             d["accept_est"] = round(st.model.rates(1)[0], 4)
             d["gain_est"] = round(st.potential, 4)
             d["active"] = 1 if st.potential >= thr else 0
+            d["upkeep_est"] = round(self._upkeep(st), 4)
+            d["upkeep_on"] = 1 if st.upkeep_on else 0
 
     def snapshot(self) -> ControllerStats:
         """A copy of the statistics with the current estimates (cheap enough for every stats event)."""

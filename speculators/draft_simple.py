@@ -37,6 +37,14 @@ Cost accounting: the chain times :meth:`draft` into ``stats.t_draft_us``
 (so ``t_draft_us / n_gen_tokens`` is the draft model's cost per drafted
 token) and :meth:`process` into ``stats.t_process_us`` (mirroring the
 target's batches). :meth:`DraftSimple.cost` sums both up.
+
+Pausing the mirroring (beyond the reference): the adaptive controller calls
+:meth:`DraftSimple.set_upkeep` ``(False)`` while the draft model is not worth
+asking. :meth:`process` then only notes what the target holds; the next
+:meth:`draft` (or :meth:`process` once resumed) decodes every token the
+draft context missed in one batch, so that before it drafts its KV cache
+holds exactly the target's tokens, as if it had mirrored every batch. That
+catch-up is counted as process time too.
 """
 
 from __future__ import annotations
@@ -207,6 +215,13 @@ class DraftSimple(Speculator):
         self.n_draft_decodes = 0
         self.n_process_tokens = 0
         self.last_p: list[float] = []
+        #: mirror every target batch (False: paused; caught up before the next draft)
+        self.upkeep = True
+        #: catch-ups after a pause: how many, and the tokens they decoded
+        self.n_catchups = 0
+        self.n_catchup_tokens = 0
+        #: the controller remembers what this drafter costs per draft model and thread count
+        self.cost_key = f"draft-simple:{model.path}:{self.ctx.n_threads}"
 
     # -- KV bookkeeping ------------------------------------------------------------
     def _sync(self, want: list[int]) -> bool:
@@ -251,6 +266,39 @@ class DraftSimple(Speculator):
         self.target = list(prompt)
         self._last_batch = None
 
+    def set_upkeep(self, on: bool) -> None:
+        """Mirror the target's batches (True) or only note them (False, until resumed)."""
+        self.upkeep = bool(on)
+
+    def _catch_up(self, want: list[int], tail: Sequence[int] = ()) -> tuple[bool, bool]:
+        """:meth:`_sync` to ``want``, timed as process work (what mirroring would have cost).
+
+        ``tail`` (decoded right after ``want`` with the last row's logits, not recorded in
+        ``kv``) goes in the same batch as the tokens caught up on when those follow ``kv``.
+        Returns (in step, tail decoded)."""
+        import time
+        t0 = time.perf_counter()
+        n0 = self.n_process_tokens
+        try:
+            kv = self.kv
+            n = len(kv)
+            if tail and n < len(want) and want[:n] == kv:
+                try:
+                    self.ctx.decode(want[n:] + list(tail), n, logits="last")
+                except (ContextFull, DecodeError):
+                    self.ctx.clear()
+                    kv.clear()
+                    return False, False
+                kv.extend(want[n:])
+                self.n_process_tokens += len(want) - n
+                return True, True
+            return self._sync(want), False
+        finally:
+            if self.n_process_tokens > n0:
+                self.n_catchups += 1
+                self.n_catchup_tokens += self.n_process_tokens - n0
+            self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+
     def process(self, tokens: Sequence[int], pos0: int) -> bool:
         tokens = list(tokens)
         if pos0 > len(self.target):
@@ -259,6 +307,11 @@ class DraftSimple(Speculator):
             self._last_batch = None
             return False
         self.target[pos0:] = tokens
+        if not self.upkeep:
+            # paused: only note what the target holds (accept() trims it to what it keeps;
+            # the catch-up keeps what the draft context holds in common with it)
+            self._last_batch = (pos0, len(tokens), None)
+            return True
         ckpt = None
         if self.use_checkpoints and len(tokens) > 1:
             self._sync(self.target[:pos0])
@@ -302,19 +355,23 @@ class DraftSimple(Speculator):
     def draft(self, req: DraftRequest) -> list[int]:
         prompt = req.prompt if isinstance(req.prompt, list) else list(req.prompt)
         pos0 = len(prompt)
-        if self.kv != prompt:
-            # not in step (e.g. first use of this context): mirror what the target holds
-            self.target = list(prompt)
-            if not self._sync(self.target):
-                return []
         n_ctx = self.ctx.n_ctx
         if pos0 >= n_ctx:
             return []
+        id_done = False
+        if self.kv != prompt:
+            # not in step (a paused drafter, or the first use of this context): catch up on
+            # what the target holds; without checkpoints, id_last goes in the same batch
+            self.target = list(prompt)
+            ok, id_done = self._catch_up(self.target, () if self.use_checkpoints else (req.id_last,))
+            if not ok:
+                return []
         ckpt = self._checkpoint() if self.use_checkpoints else None
         result: list[int] = []
         self.last_p = []
         try:
-            self.ctx.decode([req.id_last], pos0, logits="last")
+            if not id_done:
+                self.ctx.decode([req.id_last], pos0, logits="last")
             self.n_draft_decodes += 1
             i = 0
             while True:

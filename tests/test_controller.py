@@ -353,3 +353,148 @@ def test_an_unusable_cache_folder_never_stops_loading(tmp_path, fake_model_file)
     assert c.source == "measured"
     c = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, None)
     assert c.source == "measured"
+
+
+# -- model drafters: draft length, upkeep ---------------------------------------------------
+
+class Follower(Scripted):
+    """A model drafter that follows the target: every target batch costs it ``upkeep_us``
+    (as a draft model decoding the batch would), unless the controller paused it."""
+
+    def __init__(self, right, n=16, upkeep_us=0.0, type_=SpecType.DRAFT_SIMPLE):
+        super().__init__(type_, right, n=n)
+        self.upkeep_us = upkeep_us
+        self.upkeep = True
+        self.switches: list[bool] = []
+        self.mirrored = 0
+        self.caught_up = 0
+        self.pos_known = 0     # tokens this drafter has "decoded"
+
+    def set_upkeep(self, on):
+        self.upkeep = on
+        self.switches.append(on)
+
+    def process(self, tokens, pos0):
+        if self.upkeep:
+            self.stats.t_process_us += self.upkeep_us * len(tokens) / 2
+            self.mirrored += len(tokens)
+            self.pos_known = pos0 + len(tokens)
+        return True
+
+    def draft(self, req):
+        if self.pos_known < req.pos0:
+            # paused: catch up on what was missed, in one batch (counted as process time)
+            self.stats.t_process_us += self.upkeep_us
+            self.caught_up += req.pos0 - self.pos_known
+            self.pos_known = req.pos0
+        return super().draft(req)
+
+
+def run_with_upkeep(ctl, steps, pos=0, t_step=0.010):
+    """As run(), with the engine's chain.process() after each verify and the step's time."""
+    decisions = []
+    for _ in range(steps):
+        d = ctl.decide(DraftRequest(prompt=TEXT[:pos], id_last=TEXT[pos], pos0=pos, n_max=-1))
+        batch = [TEXT[pos]] + d.draft
+        tp = sum(s.stats.t_process_us for s in ctl.chain.speculators)
+        ctl.chain.process(batch, pos)
+        upkeep = (sum(s.stats.t_process_us for s in ctl.chain.speculators) - tp) * 1e-6
+        n_acc = 0
+        for i, t in enumerate(d.draft):
+            if t != TEXT[pos + 1 + i]:
+                break
+            n_acc += 1
+        ids = TEXT[pos + 1: pos + 2 + n_acc]
+        ctl.observe(d, ids, t_step * ctl.rel(len(d.draft)) + upkeep)
+        if d.draft:
+            ctl.chain.accept(n_acc)
+        decisions.append(d)
+        pos += len(ids)
+    return pos, decisions
+
+
+def test_an_always_right_model_drafter_drafts_its_full_length():
+    # before: the controller asked for round(len_typ) tokens and averaged what came back (never
+    # more than asked), and every 2-token probe pulled it down: n_max 16 settled at 12
+    m = Scripted(SpecType.DRAFT_SIMPLE, lambda i: 16, n=16)
+    ctl = controller(m, curve=linear(0.05))
+    _, ds = run(ctl, 60)
+    lens = [len(d.draft) for d in ds if d.draft]
+    assert lens[-20:] == [16] * 20, lens
+
+
+def test_model_drafter_lengths_grow_back_after_a_bad_stretch():
+    phase = {"right": 16}
+    m = Scripted(SpecType.DRAFT_MTP, lambda i: phase["right"], n=16)
+    ctl = controller(m, curve=linear(0.05), probe_every=8)
+    pos, _ = run(ctl, 40)
+    phase["right"] = 0
+    pos, bad = run(ctl, 200, pos)
+    assert all(d.probe for d in bad[20:] if d.draft)          # off, probed now and then
+    phase["right"] = 16
+    pos, again = run(ctl, 150, pos)
+    lens = [len(d.draft) for d in again if d.draft]
+    assert lens and lens[-20:] == [16] * 20, lens              # was: stuck at 3 for the session
+
+
+def test_upkeep_is_paused_where_a_model_drafter_does_not_pay_and_kept_where_it_does():
+    # verifying is costly here (c(k) = 1 + 0.5 k): even an always-right drafter saves at most
+    # half a step per token, which an upkeep of 1.5 steps per batch eats up
+    costly = Follower(lambda i: 16, upkeep_us=30000.0)
+    curve = linear(0.5)
+    curve.t1_s = 0.010
+    ctl = controller(costly, curve=curve, probe_every=8)
+    _, ds = run_with_upkeep(ctl, 300)
+    assert costly.switches and costly.switches[0] is False and not costly.upkeep
+    drafted = [i for i, d in enumerate(ds) if d.draft]
+    assert len(drafted) <= 3, drafted                           # probed once or twice, then left
+    assert costly.mirrored <= 4 * 2 * 17                        # the target's batches not mirrored
+    per = ctl.snapshot().per_speculator["draft-simple"]
+    assert per["upkeep_on"] == 0 and per["upkeep_paused_steps"] >= 290 and per["upkeep_est"] > 1.0
+    assert ctl.states[id(costly)].hopeless
+    # the same drafter with a cheap upkeep pays: it drafts every step and keeps mirroring
+    cheap = Follower(lambda i: 16, upkeep_us=500.0)
+    ctl2 = controller(cheap, curve=linear(0.5))
+    _, ds2 = run_with_upkeep(ctl2, 100)
+    assert all(d.draft for d in ds2[10:]) and cheap.upkeep
+    assert cheap.mirrored > 500
+    # a drafter that is rarely right is not worth its upkeep either, however cheap verifying is
+    poor = Follower(lambda i: 1 if i % 4 == 0 else 0, upkeep_us=3000.0)
+    curve3 = linear(0.05)
+    curve3.t1_s = 0.010
+    ctl3 = controller(poor, curve=curve3, probe_every=8)
+    pos, _ = run_with_upkeep(ctl3, 300)
+    assert not poor.upkeep and ctl3.snapshot().per_speculator["draft-simple"]["upkeep_paused_steps"] >= 250
+    # picked back up when it starts to predict well: it catches up on what it missed, then mirrors
+    poor.right = lambda i: 16
+    pos, ds3 = run_with_upkeep(ctl3, 300, pos)
+    assert poor.upkeep and poor.caught_up > 0
+    assert all(d.draft for d in ds3[-50:])
+
+
+def test_the_step_time_given_to_the_cost_curve_leaves_the_upkeep_out():
+    # a drafter that cannot pause (a hidden-state hook) adds 10 ms to every 10 ms step
+    f = Follower(lambda i: 0, upkeep_us=20000.0)
+    f.set_upkeep = None
+    curve = linear(0.1)
+    curve.t1_s = 0.010
+    ctl = Controller(SpeculatorChain([f]), curve, ControllerParams(probe_every=8), clock=lambda: 0.0)
+    run_with_upkeep(ctl, 200)
+    assert f.upkeep and f.mirrored >= 200
+    assert ctl.t1_s == pytest.approx(0.010, rel=0.05)
+    per = ctl.snapshot().per_speculator["draft-simple"]
+    assert per["upkeep_est"] == pytest.approx(1.0, rel=0.05) and per["upkeep_ms"] >= 200 * 10
+
+
+def test_a_new_chain_starts_from_what_an_earlier_one_measured_of_a_drafter():
+    curve = linear(0.5)
+    curve.t1_s = 0.010
+    from speculators.controller import CostModel
+    cost = CostModel(curve, ControllerParams(online_cost=False))
+    first = Follower(lambda i: 16, upkeep_us=30000.0)
+    run_with_upkeep(Controller(SpeculatorChain([first]), cost, cost.params, clock=lambda: 0.0), 60)
+    again = Follower(lambda i: 16, upkeep_us=30000.0)
+    ctl = Controller(SpeculatorChain([again]), cost, cost.params, clock=lambda: 0.0)
+    assert again.switches == [False]                  # paused before the prompt is mirrored
+    _, ds = run_with_upkeep(ctl, 100)
+    assert not any(d.draft for d in ds) and again.mirrored == 0
