@@ -76,7 +76,7 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--temp", "--temperature", type=_float, dest="temp", help="temperature (0 = greedy; default 0.8)")
     g.add_argument("--top-k", type=_int, dest="top_k", help="top-k (default 40, 0 = off)")
     g.add_argument("--top-p", type=_float, dest="top_p", help="top-p (default 0.95)")
-    g.add_argument("--min-p", type=_float, dest="min_p", help="min-p (default 0.05)")
+    g.add_argument("--min-p", type=_float, dest="min_p", help="min-p (default 0.2; llama.cpp's is 0.05)")
     g.add_argument("-s", "--seed", type=_int, help="RNG seed (default: random)")
 
 

@@ -32,9 +32,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 # A base model follows a request only as well as the transcript shows it how: without worked
 # exchanges the 270M default model answered a copy request ("Repeat this list exactly: ...") with
 # a remark about it -- 1 of 30 sampled replies copied the text (tools/bench_copy.py). The
-# exchanges below show it copy requests asked in several ways: then 21 of 30 copy, and ordinary
-# questions still get answers (17 of 18; 18 before). What they copy lights up: the n-gram
-# drafters find the pasted text in the prompt.
+# exchanges below show it copy requests asked in several ways, ordinary questions between them:
+# a list, a paragraph of several sentences (it tended to stop after the first), a saying changed
+# on purpose (it tended to "correct" a familiar phrase), code, and a last question, so that what
+# follows the examples is an answer, not a copy of the last example. No example's wording comes
+# back in replies: an earlier set's "Repeat after me:" and "Keep calm and carry on" did. With the
+# app's default min-p (app.config.DEFAULT_MIN_P) 50 of 60 copy requests (two sets of ten, three
+# seeds) are copied with accepted drafts, and ordinary questions get answers (18 of 18).
 FALLBACK_SCENE = "A conversation between a curious user and a helpful, knowledgeable assistant."
 FALLBACK_RULE = (
     FALLBACK_SCENE + " The assistant "
@@ -47,18 +51,18 @@ FALLBACK_EXAMPLES = (
     "Assistant: bread, milk, eggs, butter, cheese.\n"
     "User: What is the largest planet?\n"
     "Assistant: Jupiter is the largest planet in the solar system.\n"
-    "User: Copy this text exactly: The train leaves at six from platform two. Tickets are sold on board, "
-    "and the last stop is Glasgow Central.\n"
-    "Assistant: The train leaves at six from platform two. Tickets are sold on board, and the last stop "
-    "is Glasgow Central.\n"
+    "User: Quote the following paragraph: The train leaves at six from platform two. Tickets are sold on board. "
+    "The last stop is Glasgow Central, where the line ends.\n"
+    "Assistant: The train leaves at six from platform two. Tickets are sold on board. The last stop is Glasgow "
+    "Central, where the line ends.\n"
     "User: How many legs does a spider have?\n"
     "Assistant: A spider has eight legs.\n"
-    "User: Repeat after me: a stitch in time saves nine.\n"
-    "Assistant: a stitch in time saves nine.\n"
-    "User: Copy the following code exactly:\nfor i in range(3):\n    print(i)\n"
-    "Assistant: for i in range(3):\n    print(i)\n"
-    "User: Please quote this sentence word for word: Keep calm and carry on, whatever happens.\n"
-    "Assistant: Keep calm and carry on, whatever happens.\n"
+    "User: Repeat this sentence word for word: an apple a day keeps the dentist and the baker away.\n"
+    "Assistant: an apple a day keeps the dentist and the baker away.\n"
+    "User: Copy the following code exactly:\ndef greet(name):\n    return \"Hello, \" + name\n\nprint(greet(\"Ada\"))\n"
+    "Assistant: def greet(name):\n    return \"Hello, \" + name\n\nprint(greet(\"Ada\"))\n"
+    "User: Why do leaves fall in autumn?\n"
+    "Assistant: Trees drop their leaves to save water and energy through the cold months.\n"
 )
 FALLBACK_PREAMBLE = FALLBACK_RULE + FALLBACK_EXAMPLES
 #: the exchanges take ~250 tokens of every prompt: only in contexts of at least this size

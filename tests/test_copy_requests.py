@@ -1,6 +1,7 @@
 """Copy requests on the embedded default model, at the chat's default settings (its template,
-Automatic speculation, temperature 0.8, seeded): the pasted text comes back and lights up.
-The rate itself is tools/bench_copy.py's to print (target 80 %; 70 % measured over 3 seeds)."""
+Automatic speculation, temperature 0.8, min-p 0.2, seeded): the pasted text comes back and lights
+up. The rate itself is tools/bench_copy.py's to print (target 80 %; 83 % measured over 3 seeds
+and both sets of requests)."""
 from __future__ import annotations
 
 import importlib.util
@@ -22,9 +23,10 @@ def test_most_copy_requests_are_copied_with_accepted_drafts(default_model_path):
 
     eng = open_engine(ModelOptions(model=str(default_model_path), threads=2), SpecParams.auto())
     try:
-        m = bench_copy.measure(eng, copy_seeds=(1, 2), question_seeds=(1,), copy_tokens=160, question_tokens=96)
+        m = bench_copy.measure(eng, copy_seeds=(1,), question_seeds=(1,), copy_tokens=110, question_tokens=64)
     finally:
         eng.close()
     lit, n, echoed = m["lit"], m["requests"], m["questions"] - m["answered"]
-    assert lit >= n // 2, f"{lit}/{n} copy requests copied with accepted drafts"   # was 0/20
+    # 20 requests (both sets), one seed: 0/20 before the worked exchanges, ~16/20 now
+    assert n == 20 and lit >= 13, f"{lit}/{n} copy requests copied with accepted drafts"
     assert echoed <= 1, f"{echoed} ordinary questions said back instead of answered"

@@ -3,10 +3,11 @@
 
     python tools/bench_copy.py [-m MODEL] [--seeds 3] [-n 160]
 
-For each request of ``COPY_REQUESTS`` (repeat / quote / copy / rewrite-with-the-same-words a
-text pasted into the message) and each seed, the chat's own prompt (its template, no system
-prompt, ``auto`` speculation, the default sampling: temperature 0.8, top-k 40, top-p 0.95,
-min-p 0.05) is answered by the engine; a reply *copies* when it holds at least 80 % of the
+For each request of ``COPY_REQUESTS`` and ``HELD_OUT`` (repeat / quote / copy / rewrite-with-
+the-same-words a text pasted into the message; the second set was written after the transcript's
+worked exchanges were chosen on the first, to check they were not fitted to it) and each seed,
+the chat's own prompt (its template, no system prompt, ``auto`` speculation, the app's default
+sampling: temperature 0.8, top-k 40, top-p 0.95, min-p 0.2) is answered by the engine; a reply *copies* when it holds at least 80 % of the
 pasted text's words in order, and *lights up* when drafts were accepted in it. Also prints,
 for ``QUESTIONS`` (ordinary questions), how many replies are answers at all (not empty, not
 the question said back) -- the check that copy-friendliness made nothing worse.
@@ -46,6 +47,31 @@ COPY_REQUESTS = [
      "temperatures higher up.", "Water boils at one hundred degrees at sea level and at lower temperatures higher up."),
 ]
 
+HELD_OUT = [
+    ("Repeat this sentence back to me: The library opens at nine and closes at five on weekdays.",
+     "The library opens at nine and closes at five on weekdays."),
+    ("Say this again, word for word: Turn left at the bakery, then take the second right after the church.",
+     "Turn left at the bakery, then take the second right after the church."),
+    ("Copy this list exactly: hammer, nails, saw, drill, screws, tape, glue.",
+     "hammer, nails, saw, drill, screws, tape, glue."),
+    ("Quote this paragraph exactly: The storm passed before dawn. By noon the streets were dry and the "
+     "market was busy again.", "The storm passed before dawn. By noon the streets were dry and the market was "
+     "busy again."),
+    ("Please copy this code exactly:\nx = [1, 2, 3]\nfor n in x:\n    print(n * 2)",
+     "x = [1, 2, 3]\nfor n in x:\n    print(n * 2)"),
+    ("Repeat this message: Call Anna back before six, she needs the keys for the van.",
+     "Call Anna back before six, she needs the keys for the van."),
+    ("Repeat these words in the same order: window, river, candle, mountain, letter, garden.",
+     "window, river, candle, mountain, letter, garden."),
+    ("Rewrite this exactly as it is: The parcel arrived damaged, so we sent it back on Tuesday.",
+     "The parcel arrived damaged, so we sent it back on Tuesday."),
+    ("Quote this back to me word for word: Practice does not make perfect; perfect practice makes perfect.",
+     "Practice does not make perfect; perfect practice makes perfect."),
+    ("Repeat the following text: Slice the onions thinly, fry them slowly in butter, and add the stock "
+     "when they are golden.", "Slice the onions thinly, fry them slowly in butter, and add the stock when "
+     "they are golden."),
+]
+
 QUESTIONS = [
     "What is the capital of France?",
     "Why is the sky blue?",
@@ -53,6 +79,9 @@ QUESTIONS = [
     "What does a bee do in winter?",
     "How do I boil an egg?",
     "Who wrote Romeo and Juliet?",
+    "What is a noun?",
+    "Name a fruit that is yellow.",
+    "What do cows eat?",
 ]
 
 
@@ -70,16 +99,20 @@ def copies(reply: str, text: str, need: float = 0.8) -> bool:
 
 
 def measure(eng, copy_seeds, question_seeds, copy_tokens: int = 160, question_tokens: int = 160,
-            temperature: float | None = None, verbose: bool = False) -> dict:
-    """Run the requests and questions on ``eng`` (the chat's prompt, seeded default sampling);
-    the counts: ``copied``, ``lit`` (copied with accepted drafts), ``requests``, ``answered``,
-    ``questions``."""
-    from speculators.sampling import SamplingParams
+            temperature: float | None = None, verbose: bool = False, requests=None, min_p: float | None = None) -> dict:
+    """Run the requests (``COPY_REQUESTS`` and ``HELD_OUT`` unless given) and questions on ``eng``
+    (the chat's prompt, seeded, the app's default sampling); the counts: ``copied``, ``lit``
+    (copied with accepted drafts), ``requests``, ``answered``, ``questions``."""
+    import dataclasses
 
-    def sampling(seed: int) -> SamplingParams:
-        s = SamplingParams(seed=seed)
+    from app.config import default_sampling
+
+    def sampling(seed: int):
+        s = dataclasses.replace(default_sampling(), seed=seed)
         if temperature is not None:
             s.temperature = temperature
+        if min_p is not None:
+            s.min_p = min_p
         return s
 
     def reply(text: str, seed: int, n: int):
@@ -87,7 +120,7 @@ def measure(eng, copy_seeds, question_seeds, copy_tokens: int = 160, question_to
                        sampling=sampling(seed), stop=tuple(eng.template.stop_strings))
 
     out = dict.fromkeys(("copied", "lit", "requests", "answered", "questions"), 0)
-    for req, text in COPY_REQUESTS:
+    for req, text in (COPY_REQUESTS + HELD_OUT if requests is None else requests):
         for seed in copy_seeds:
             r = reply(req, seed, copy_tokens)
             ok, lit = copies(r.text, text), r.stats.n_accepted > 0
@@ -114,6 +147,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=160)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--temp", type=float, default=None, help="default: the chat's default temperature")
+    ap.add_argument("--min-p", type=float, default=None, help="default: the chat's default min-p")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
 
@@ -123,7 +157,7 @@ def main() -> int:
 
     eng = open_engine(ModelOptions(model=a.model, threads=a.threads), SpecParams.auto())
     seeds = range(1, a.seeds + 1)
-    m = measure(eng, seeds, seeds, a.n, a.n, a.temp, a.verbose)
+    m = measure(eng, seeds, seeds, a.n, a.n, a.temp, a.verbose, min_p=a.min_p)
     eng.close()
     n_all, n_copy, n_lit, nq, n_ans = m["requests"], m["copied"], m["lit"], m["questions"], m["answered"]
     print(f"copy requests: {n_copy}/{n_all} copied ({100 * n_copy / n_all:.0f}%), "
