@@ -235,48 +235,169 @@ def test_markdown_text_is_matched_back_to_its_source():
 
 
 # -- the welcome screen's starter requests ----------------------------------------------------------
+# (Alt+digit is no key in a real terminal: xterm and tmux send ESC and the digit, which Textual
+# reads as a typed "™"; the starters are a list that Down, Up and Enter work, in any terminal)
 
-async def test_a_starter_key_sends_exactly_its_request_while_the_chat_is_empty():
-    from app.ui.app import ACTIONS, STARTERS
+def starters_shown(app) -> list[str]:
+    """The starter list's lines as they are on screen."""
+    from app.ui.widgets import StarterList
+    ol = app.query_one(StarterList)
+    return ["".join(seg.text for seg in ol.render_line(y)).rstrip() for y in range(ol.size.height)]
+
+
+async def test_down_from_the_empty_prompt_picks_a_starter_and_enter_sends_exactly_it():
+    from app.ui.app import ACTIONS, STARTERS, DraftlightApp
+    from app.ui.widgets import PromptInput, StarterList
     app, engine = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot, app)
-        welcome = str(app.query_one("#welcome").render())
-        for i, st in enumerate(STARTERS, 1):
-            assert f"Alt+{i} {st.text}" in welcome
-        # each is an action with its key: in the help and the palette like the others
+        starters = app.query_one(StarterList)
+        prompt = app.query_one(PromptInput)
+        text = str(app.query_one("#welcome-text").render())
+        assert "↓ to pick one, Enter to send it" in text and "Alt+" not in text
+        assert starters_shown(app) == [f"› {st.text}" for st in STARTERS]   # (120 columns: no wrap)
+        assert starters.display and app.focused is prompt
+        assert starters.highlighted is None            # no highlight until the list has the keys
+        # no key of their own (Alt+digit never reaches an app in a terminal); in the palette
+        assert not any(a.keys for a in ACTIONS if a.action.startswith("starter("))
+        assert not any(b.action.startswith("starter") or "alt+" in b.key for b in DraftlightApp.BINDINGS)
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {f"Starter {i}" for i in range(1, len(STARTERS) + 1)} <= titles
-        assert [a.keys for a in ACTIONS if a.action.startswith("starter(")] == \
-            [f"alt+{i}" for i in range(1, len(STARTERS) + 1)]
-        await pilot.press("alt+3")
+        await pilot.press("down")
+        assert app.focused is starters and starters.highlighted == 0
+        await pilot.press("down", "down")
+        assert starters.highlighted == 2
+        await pilot.press("down", "down", "down")      # the list ends at its last request
+        assert starters.highlighted == len(STARTERS) - 1
+        await pilot.press("up")
+        assert starters.highlighted == len(STARTERS) - 2 == 2
+        await pilot.press("enter")
         await until(pilot, lambda: app.job is None and len(app._views()) == 2)
         assert app._views()[0].text == STARTERS[2].text
         assert engine.requests[-1][-1] == {"role": "user", "content": STARTERS[2].text}
+        assert len(engine.requests) == 1
         assert not app.query_one("#welcome").display
-        assert app.query_one("#prompt").text == ""
-        # with a conversation on screen the starters are gone: the key sends nothing
-        n = len(engine.requests)
-        await pilot.press("alt+1")
+        assert app.focused is prompt and prompt.text == ""
+        # with a conversation on screen the starters are gone: Down stays in the prompt
+        await pilot.press("down")
+        await pilot.press("enter")
         await pilot.pause(0.2)
-        assert len(app._views()) == 2 and len(engine.requests) == n
+        assert app.focused is prompt and len(engine.requests) == 1
         assert "Starter 1" not in {c.title for c in app.get_system_commands(app.screen)}
-        app.action_new_chat()          # an empty chat: back again
+        app.action_new_chat()          # an empty chat: back again, and Tab reaches them too
         await pilot.pause()
-        assert app.query_one("#welcome").display
-        await pilot.press("alt+2")
+        assert app.query_one("#welcome").display and app.focused is prompt
+        await pilot.press("tab")
+        assert app.focused is starters and starters.highlighted == 0
+        await pilot.press("down", "enter")
         await until(pilot, lambda: app.job is None and len(app._views()) == 2)
         assert app._views()[0].text == STARTERS[1].text
+        assert len(engine.requests) == 2
+
+
+async def test_esc_up_past_the_first_and_typing_go_back_to_the_prompt():
+    from app.ui.widgets import PromptInput, StarterList
+    app, engine = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot, app)
+        starters = app.query_one(StarterList)
+        prompt = app.query_one(PromptInput)
+        await pilot.press("down", "down")
+        assert app.focused is starters and starters.highlighted == 1
+        await pilot.press("escape")
+        assert app.focused is prompt and starters.highlighted is None
+        await pilot.press("down")
+        assert app.focused is starters and starters.highlighted == 0
+        await pilot.press("up")                        # up past the first
+        assert app.focused is prompt
+        await pilot.press("down")
+        await pilot.press(*"hi")                       # typing goes to the prompt
+        assert app.focused is prompt and prompt.text == "hi"
+        await pilot.press("down")                      # a prompt with text: Down stays there
+        assert app.focused is prompt
+        await pilot.press("enter")
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        assert app._views()[0].text == "hi" and len(engine.requests) == 1
+
+
+async def test_down_walks_the_sent_messages_first_then_reaches_the_starters():
+    from app.ui.widgets import PromptInput, StarterList
+    app, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send_and_wait(pilot, app, "earlier")
+        app.action_new_chat()
+        await pilot.pause()
+        prompt, starters = app.query_one(PromptInput), app.query_one(StarterList)
+        await pilot.press("up")
+        assert prompt.text == "earlier" and app.focused is prompt
+        await pilot.press("down")                      # back to the empty prompt
+        assert prompt.text == "" and app.focused is prompt
+        await pilot.press("down")
+        assert app.focused is starters
+
+
+async def test_without_speculation_there_are_no_starters_to_reach():
+    from app.ui.widgets import PromptInput, StarterList
+    app, _ = make_app(spec="")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot, app)
+        assert not app.query_one(StarterList).display
+        await pilot.press("down")
+        assert isinstance(app.focused, PromptInput)
+        await pilot.press("tab")
+        assert not isinstance(app.focused, StarterList)
 
 
 async def test_clicking_a_starter_sends_it():
     from app.ui.app import STARTERS
+    from app.ui.widgets import PromptInput, StarterList
     app, engine = make_app()
-    async with app.run_test(size=(200, 40)) as pilot:       # wide: no line of the text wraps
+    async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot, app)
-        welcome = app.query_one("#welcome")
-        lines = str(welcome.render()).splitlines()
-        row = next(i for i, line in enumerate(lines) if STARTERS[3].text in line)
-        await pilot.click(welcome, offset=(12, row + 1))      # (the widget's top padding is 1)
+        starters = app.query_one(StarterList)
+        row = next(i for i, line in enumerate(starters_shown(app)) if STARTERS[3].text in line)
+        await pilot.click(starters, offset=(12, row))
         await until(pilot, lambda: app.job is None and len(app._views()) == 2)
         assert app._views()[0].text == STARTERS[3].text
+        assert [m["content"] for m in engine.requests[-1] if m["role"] == "user"] == [STARTERS[3].text]
+        assert isinstance(app.focused, PromptInput)
+        await pilot.press("right")
+        await pilot.pause()
+        app.action_new_chat()
+        await pilot.pause()
+        assert "run 1/2" not in str(app.query_one(Legend).render())
+
+
+async def test_keys_that_arrive_together_go_where_the_person_meant_them():
+    """A terminal may deliver several keys at once (typed ahead, pasted, a script's): the ones
+    after the move into the list (or back out) reach the list (or the prompt), in order."""
+    from textual import events
+    from app.ui.app import STARTERS
+    from app.ui.widgets import PromptInput, StarterList
+
+    def at_once(*keys: tuple[str, str | None]) -> None:
+        for key, char in keys:
+            app.post_message(events.Key(key, char))
+
+    app, engine = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot, app)
+        prompt, starters = app.query_one(PromptInput), app.query_one(StarterList)
+        prompt.sent = ["earlier"]                             # a message sent in an earlier chat
+        at_once(("down", None), ("escape", None), ("h", "h"), ("i", "i"))
+        await until(pilot, lambda: prompt.text == "hi")
+        assert app.focused is prompt and not engine.requests
+        prompt.text = ""
+        at_once(("down", None), ("x", "x"), ("y", "y"))       # typing from the list: in order
+        await until(pilot, lambda: prompt.text == "xy")
+        assert app.focused is prompt
+        prompt.text = ""
+        at_once(("down", None), ("up", None), ("up", None))    # Up past the first, Up: history
+        await until(pilot, lambda: prompt.text == "earlier")
+        assert app.focused is prompt
+        prompt.text = ""
+        at_once(("down", None), ("down", None), ("down", None), ("up", None), ("enter", None))
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        assert [r[-1]["content"] for r in engine.requests] == [STARTERS[1].text]
+        assert app.focused is prompt and prompt.text == ""
+        assert starters.highlighted is None

@@ -32,12 +32,12 @@ from typing import Any, Iterable
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
-from textual.style import Style
-from textual.widgets import Footer, Static
+from textual.widget import Widget
+from textual.widgets import Footer, OptionList, Static
 
 import themes as theme_data
 
@@ -50,7 +50,8 @@ from ..storage import History
 from .clipboard import copy_to_system
 from .screens import (ChatsResult, ChatsScreen, HelpScreen, SettingsResult, SettingsScreen, TextPromptScreen)
 from .themes import draft_styles, to_textual
-from .widgets import Legend, LoadPanel, MessageView, PromptInput, ProvenanceHover, StatsPanel, TopBar
+from .widgets import (Legend, LoadPanel, MessageView, PromptInput, ProvenanceHover, StarterList, StatsPanel,
+                      TopBar)
 
 
 class SessionMessage(Message):
@@ -78,9 +79,14 @@ class ActionSpec:
     group: str
     show: bool = False
     priority: bool = False
+    #: how the keyboard reaches an action without a key of its own (no binding then)
+    reach: str = ""
 
     @property
     def key_display(self) -> str:
+        """The first key as the help shows it (or how the keyboard reaches the action)."""
+        if not self.keys:
+            return self.reach
         first = self.keys.split(",")[0]
         return "+".join(p.capitalize() if len(p) > 1 else p.upper() for p in first.split("+")) \
             .replace("Ctrl+", "Ctrl+").replace("Escape", "Esc")
@@ -128,15 +134,21 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("new_chat", "ctrl+n", "New chat", "Start a new chat", "Chats"),
     ActionSpec("export", "ctrl+s", "Export", "Export this chat to a Markdown file", "Chats"),
     ActionSpec("quit", "ctrl+q", "Quit", "Quit draftlight", "App", priority=True),
-) + tuple(ActionSpec(f"starter({i})", f"alt+{i}", f"Starter {i}",
-                     f"Send “{st.text}” (while the chat is empty)", "Chat")
+) + tuple(ActionSpec(f"starter({i})", "", f"Starter {i}",
+                     f"Send “{st.text}” (while the chat is empty)", "Chat",
+                     reach="Down, Enter" if i == 1 else f"Down ×{i}, Enter")
           for i, st in enumerate(STARTERS, 1))
+# (the starters have no key of their own: Down from the empty prompt of an empty chat moves into
+# the welcome screen's list of them, in any terminal; Alt+digit, their keys before, is no key in a
+# terminal: xterm and tmux send ESC and the digit, which Textual reads as a typed "™")
 
 #: keys that are not app actions, for the help screen
 EXTRA_KEYS: tuple[tuple[str, str, str], ...] = (
     ("Prompt", "Enter", "Send the message"),
     ("Prompt", "Shift+Enter, Ctrl+J", "New line (Ctrl+J works in any terminal)"),
     ("Prompt", "Up / Down", "Previous messages (when the prompt is empty)"),
+    ("Prompt", "Down", "In an empty chat, past the previous messages: into the starter requests "
+     "(Enter sends one; Esc, Up past the first, or typing goes back to the prompt)"),
     ("Messages", "Tab / Shift+Tab", "Move between the prompt and the messages"),
     ("Messages", "c", "Copy the focused message"),
     ("Messages", "Left/Right, [ / ]", "Select drafted runs: who drafted them"),
@@ -173,13 +185,15 @@ class DraftlightApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [Binding(a.keys, a.action, a.label, show=a.show, priority=a.priority, tooltip=a.help)
-                for a in ACTIONS]
+                for a in ACTIONS if a.keys]
 
     CSS = """
     Screen { layout: vertical; }
     #main { height: 1fr; }
     #conversation { height: 1fr; padding: 1 1 0 1; scrollbar-size-vertical: 1; }
-    #welcome { color: $text-muted; padding: 1 2; height: auto; }
+    #welcome { padding: 1 2; height: auto; }
+    #welcome-text { color: $text-muted; }
+    #starters { margin: 1 0 0 0; }
     .context-cut { color: $text-muted; text-style: italic; padding: 0 2; margin: 0 0 1 0; height: auto; }
     #prompt-box { height: auto; padding: 0 1; background: $surface; border-top: hkey $panel; }
     #prompt-box:focus-within { border-top: hkey $primary 60%; }
@@ -263,7 +277,9 @@ class DraftlightApp(App[int]):
         yield TopBar(id="topbar")
         with Horizontal(id="main"):
             with VerticalScroll(id="conversation"):
-                yield Static(self._welcome_text(), id="welcome")
+                with Vertical(id="welcome"):
+                    yield Static(self._welcome_text(), id="welcome-text")
+                    yield StarterList(*self._starter_options(), id="starters")
                 yield LoadPanel(id="load")
             yield StatsPanel(id="stats")
         yield Legend(id="legend")
@@ -280,12 +296,56 @@ class DraftlightApp(App[int]):
             ("F4", "bold $accent"), " statistics  ",
             ("F1", "bold $accent"), " all keys  ", ("Ctrl+P", "bold $accent"), " commands"]
         if spec_on:
-            # requests whose replies copy from them: the drafts are right there, and light up
-            pieces.append("\n\nTry one (its reply repeats what it quotes, so drafts are accepted):")
-            for i, st in enumerate(STARTERS, 1):
-                click = Style.from_meta({"@click": f"app.starter({i})"})
-                pieces += ["\n", (f"  Alt+{i} ", "bold $accent"), (st.text, click)]
+            # requests whose replies copy from them (the list below): the drafts are right there
+            pieces += ["\n\nTry one: its reply repeats what it quotes, so the drafts are accepted. ",
+                       ("↓", "bold $accent"), " to pick one, ", ("Enter", "bold $accent"), " to send it, "
+                       "or click it."]
         return Content.assemble(*pieces)
+
+    @staticmethod
+    def _starter_options() -> list[Any]:
+        # a wrapped request keeps its lines under its first word, the mark alone in its column
+        from rich.table import Table
+        options = []
+        for st in STARTERS:
+            grid = Table.grid()
+            grid.add_column(width=2, no_wrap=True)
+            grid.add_column(ratio=1)
+            grid.add_row("›", st.text)
+            options.append(grid)
+        return options
+
+    def _refresh_welcome(self) -> None:
+        """The welcome text, and its starters only while speculation is on (they show it at work)."""
+        self.query_one("#welcome-text", Static).update(self._welcome_text())
+        starters = self.query_one(StarterList)
+        starters.display = bool(self.session.configured_types)
+        if not starters.display:
+            self._keys_out_of(starters)
+
+    def _show_welcome(self, show: bool) -> None:
+        welcome = self.query_one("#welcome")
+        welcome.display = show
+        if not show:
+            self._keys_out_of(welcome)
+
+    def _keys_out_of(self, hidden: Widget) -> None:
+        """The keyboard back to the prompt where it was in ``hidden`` (also under a dialog)."""
+        main = self.screen_stack[0]
+        focused = main.focused
+        if focused is not None and (focused is hidden or hidden in focused.ancestors):
+            main.set_focus(main.query_one(PromptInput))
+
+    def _starters_shown(self) -> bool:
+        starters = self.query_one(StarterList)
+        return bool(starters.display and self.query_one("#welcome").display and not self.session.turns
+                    and self.session.job is None)
+
+    @on(OptionList.OptionSelected, "#starters")
+    def _starter_picked(self, msg: OptionList.OptionSelected) -> None:
+        # (the list has handed the keyboard back to the prompt)
+        msg.stop()
+        self.action_starter(msg.option_index + 1)
 
     def on_mount(self) -> None:
         s = self.session
@@ -314,7 +374,12 @@ class DraftlightApp(App[int]):
         stats = self.query_one(StatsPanel)
         stats.display = bool(self.config.ui_get("stats_panel"))
         self._refresh_stats()
-        self.query_one(PromptInput).focus()
+        self._refresh_welcome()
+        prompt, starters = self.query_one(PromptInput), self.query_one(StarterList)
+        # Down from the empty prompt of an empty chat goes to the starters; they hand it back
+        prompt.below = lambda: starters if self._starters_shown() else None
+        starters.back = prompt
+        prompt.focus()
         self.start_loading(self.config.model)
 
     # -- themes --------------------------------------------------------------------
@@ -394,7 +459,7 @@ class DraftlightApp(App[int]):
         panel = self.query_one(LoadPanel)
         panel.display = True
         panel.show_progress("load", 0, 0, model.model or "the embedded default model (Gemma 3 270M)")
-        self.query_one("#welcome").display = not self._views()
+        self._show_welcome(not self._views())
         self._refresh_bars()
         self.refresh_bindings()
 
@@ -457,7 +522,7 @@ class DraftlightApp(App[int]):
             self.session.rebuild_chain()
         else:
             self._spec_retry = False
-        self.query_one("#welcome", Static).update(self._welcome_text())
+        self._refresh_welcome()
         self._refresh_stats()
         queued, self.session.queued = self.session.queued, None
         if queued is not None:
@@ -468,7 +533,7 @@ class DraftlightApp(App[int]):
         panel = self.query_one(LoadPanel)
         panel.display = True
         panel.show_error(ev.error, ev.path)
-        self.query_one("#welcome").display = False
+        self._show_welcome(False)
         conv = self.query_one("#conversation", VerticalScroll)
         conv.anchor(False)
         self.call_after_refresh(lambda: conv.scroll_to_widget(panel, animate=False, top=True))
@@ -499,7 +564,7 @@ class DraftlightApp(App[int]):
             self.notify(w, severity="warning", timeout=10)
         if self.session.job is None:
             self.state = "ready"
-        self.query_one("#welcome", Static).update(self._welcome_text())
+        self._refresh_welcome()
         self._refresh_bars()
         self._refresh_stats()
 
@@ -681,9 +746,8 @@ class DraftlightApp(App[int]):
     def _mount_turn(self, turn: Turn) -> MessageView:
         view = self._make_view(turn)
         conv = self.query_one("#conversation", VerticalScroll)
-        welcome = self.query("#welcome")
-        if welcome:
-            welcome.first().display = False
+        if self.query("#welcome"):
+            self._show_welcome(False)
         conv.mount(view)
         self.call_after_refresh(self._stick_to_bottom)
         return view
@@ -714,10 +778,14 @@ class DraftlightApp(App[int]):
         return True
 
     def action_focus_next(self) -> None:
-        # Tab from the prompt goes to the latest message (not the first, far up the chat)
+        # Tab from the prompt goes to the latest message (not the first, far up the chat), or in
+        # an empty chat to the starter requests
         views = self._views()
         if isinstance(self.focused, PromptInput) and views:
             views[-1].focus()
+            return
+        if isinstance(self.focused, PromptInput) and self._starters_shown():
+            self.screen.set_focus(self.query_one(StarterList))
             return
         super().action_focus_next()
 
@@ -770,7 +838,7 @@ class DraftlightApp(App[int]):
         prompt.move_cursor(prompt.document.end)
         prompt.focus()
         if not self.session.turns:
-            self.query_one("#welcome").display = True
+            self._show_welcome(True)
         self._place_cut_marker()
 
     @on(MessageView.CopyRequested)
@@ -827,7 +895,7 @@ class DraftlightApp(App[int]):
         self._hover = None
         turns = self.session.turns
         conv = self.query_one("#conversation", VerticalScroll)
-        self.query_one("#welcome").display = not turns
+        self._show_welcome(not turns)
         if turns:
             conv.mount_all([self._make_view(t) for t in turns])
         self.call_after_refresh(self._after_show)
@@ -984,7 +1052,7 @@ class DraftlightApp(App[int]):
         if outcome == "rebuild":
             self._set_state("rebuilding speculators…")
         self.notify(f"Speculation: {name} (from the Lab), saved.", timeout=4)
-        self.query_one("#welcome", Static).update(self._welcome_text())
+        self._refresh_welcome()
 
     def _settings_done(self, result: SettingsResult | None) -> None:
         if result is None:
@@ -998,7 +1066,7 @@ class DraftlightApp(App[int]):
             self._set_state("rebuilding speculators…")
         else:
             self.notify("Settings saved.", timeout=2)
-        self.query_one("#welcome", Static).update(self._welcome_text())
+        self._refresh_welcome()
 
     def on_lab_screen_use_config(self, msg: Any) -> None:
         self._lab_use(msg.name, msg.spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from textual import events
 from textual.app import ComposeResult
@@ -19,7 +19,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
-from textual.widgets import Markdown, Static, TextArea
+from textual.widgets import Markdown, OptionList, Static, TextArea
 
 from speculators.events import GenerationStats, TokenEvent
 
@@ -662,10 +662,41 @@ def _prompt_bindings() -> list:
     return out
 
 
+def hand_keys_to(widget: Widget, target: Widget, key: events.Key | None = None) -> None:
+    """Give ``target`` the keyboard now, and ``key`` (one meant for it) with it.
+
+    Now, not after the messages already queued as :meth:`Widget.focus` does: a terminal may send
+    several keys at once (typed ahead, or a script's), and the ones after this must reach
+    ``target``, not ``widget`` (see :func:`typed_ahead`)."""
+    widget.screen.set_focus(target)
+    if key is not None:
+        forward_key(target, key)
+
+
+def forward_key(target: Widget, key: events.Key) -> None:
+    again = events.Key(key.key, key.character)
+    again._set_forwarded()        # as the app forwards a key to the focused widget
+    target.post_message(again)
+
+
+def typed_ahead(widget: Widget, event: events.Key) -> bool:
+    """A key queued for ``widget`` before the keyboard moved on from it: hand it on to where the
+    keyboard is now (True), so keys typed in a row keep their order and target."""
+    focused = widget.screen.focused
+    if focused is None or focused is widget:
+        return False
+    event.stop()
+    event.prevent_default()
+    forward_key(focused, event)
+    return True
+
+
 class PromptInput(TextArea, inherit_bindings=False):
     """Multi-line prompt: Enter sends, Shift+Enter / Ctrl+J / Alt+Enter insert a newline.
 
-    With an empty prompt, Up and Down walk through what was sent before.
+    With an empty prompt, Up and Down walk through what was sent before; Down from the empty
+    prompt (past the newest message sent) goes on to :attr:`below` where it gives a widget
+    (the welcome screen's starter requests).
     """
 
     BINDINGS = _prompt_bindings()
@@ -682,6 +713,8 @@ class PromptInput(TextArea, inherit_bindings=False):
                          highlight_cursor_line=False, compact=True, **kw)
         self.sent: list[str] = list(sent or [])
         self._hist_pos: int | None = None
+        #: where Down from the empty prompt takes the keyboard (None: nowhere, now)
+        self.below: Callable[[], Widget | None] = lambda: None
 
     def remember(self, text: str) -> None:
         if text and (not self.sent or self.sent[-1] != text):
@@ -694,6 +727,8 @@ class PromptInput(TextArea, inherit_bindings=False):
         self.move_cursor(self.document.end)
 
     async def _on_key(self, event: events.Key) -> None:
+        if typed_ahead(self, event):
+            return
         key = event.key
         if key == "enter":
             event.stop()
@@ -720,9 +755,86 @@ class PromptInput(TextArea, inherit_bindings=False):
             nxt = self._hist_pos + 1
             self._show_history(nxt if nxt < len(self.sent) else None)
             return
+        if key == "down" and not self.text:
+            event.stop()
+            event.prevent_default()
+            self._hist_pos = None
+            target = self.below()
+            if target is not None:
+                hand_keys_to(self, target)
+            return
         if self._hist_pos is not None and not browsing:
             self._hist_pos = None
         await super()._on_key(event)
+
+
+class StarterList(OptionList):
+    """The welcome screen's starter requests, one option each: Up/Down pick, Enter (or a click)
+    sends (an :class:`OptionList.OptionSelected`, the keyboard back at :attr:`back`). Up from the
+    first one, Esc, or typing a character (which goes with it) hand the keyboard back.
+
+    The highlight shows only while the list has the keyboard (it starts on the first request)."""
+
+    DEFAULT_CSS = """
+    StarterList, StarterList:focus {
+        height: auto; background: transparent; background-tint: transparent; border: none;
+        padding: 0; margin: 0;
+    }
+    """
+
+    def __init__(self, *requests: Any, **kw: Any):
+        super().__init__(*requests, compact=True, **kw)
+        self.highlighted = None        # (OptionList starts on its first option)
+        #: where the keyboard goes back to (the prompt)
+        self.back: Widget | None = None
+
+    # (Textual calls each class's handler of an event: these add to OptionList's own)
+    def on_focus(self) -> None:
+        if self.highlighted is None and self.option_count:
+            self.highlighted = 0
+
+    def on_blur(self) -> None:
+        self.highlighted = None
+
+    def action_cursor_up(self) -> None:
+        if not self.highlighted:
+            self.action_leave()
+            return
+        self.highlighted -= 1
+
+    def action_cursor_down(self) -> None:
+        # no wrapping round to the first: the list ends at its last request
+        if self.highlighted is None:
+            self.highlighted = 0
+        elif self.highlighted < self.option_count - 1:
+            self.highlighted += 1
+
+    def action_select(self) -> None:
+        super().action_select()
+        self.action_leave()
+
+    def action_leave(self, key: events.Key | None = None) -> None:
+        if self.back is not None:
+            hand_keys_to(self, self.back, key)
+
+    #: keys the list acts on as they come (not as bindings, which run once the key has gone up
+    #: to the app: by then a key typed after it may have reached the list)
+    KEYS = {"up": "cursor_up", "down": "cursor_down", "enter": "select", "escape": "leave",
+            "home": "first", "end": "last", "pageup": "page_up", "pagedown": "page_down"}
+
+    async def _on_key(self, event: events.Key) -> None:
+        if typed_ahead(self, event):
+            return
+        action = self.KEYS.get(event.key)
+        if action is not None:
+            event.stop()
+            event.prevent_default()
+            getattr(self, f"action_{action}")()
+        elif event.is_printable and event.character and event.key != "tab":
+            # typing: it was meant for the prompt
+            event.stop()
+            event.prevent_default()
+            self.action_leave(event)
 
 
 class OneLine(Static):
