@@ -24,6 +24,7 @@ from speculators.params import ParamError, SpecParams
 from speculators.sampling import SamplingParams
 from speculators.types import HIDDEN_STATE_TYPES, PRIORITY, SpecType
 
+from ..config import default_sampling
 from ..options import ModelOptions
 from ..storage import ChatSummary
 
@@ -433,7 +434,7 @@ MODEL_FIELDS: list[Field] = [
 ]
 
 _DEFAULT_SPEC = SpecParams()
-_DEFAULT_SAMPLING = SamplingParams()
+_DEFAULT_SAMPLING = default_sampling()
 
 
 def _get(obj: Any, dotted: str) -> Any:
