@@ -161,6 +161,24 @@ class LabReport:
     def fastest(self) -> LabResult:
         return max(self.results, key=lambda r: r.figures.get("tokens_per_s") or 0.0)
 
+    def unsteady(self, tolerance: float = 1.25) -> list[str]:
+        """Configurations whose two ratios to ``none`` (of the fastest runs, and the median of each
+        round's paired ratio) disagree by more than ``tolerance`` times: the machine's speed changed
+        during the run (other programs), and its figures should not be trusted without more rounds.
+
+        >>> def res(name, fastest, paired):
+        ...     return LabResult(name, {}, {"speedup_vs_none": fastest, "paired_vs_none": paired}, "", [], [], [])
+        >>> r = LabReport("p", "m", 2, 8, [res("none", 1.0, 1.0), res("a", 1.03, 16.3), res("b", 1.9, 1.8)])
+        >>> r.unsteady()
+        ['a']
+        """
+        out = []
+        for r in self.results:
+            a, b = r.figures.get("speedup_vs_none"), r.figures.get("paired_vs_none")
+            if a and b and max(a / b, b / a) > tolerance:
+                out.append(r.name)
+        return out
+
     # -- export -------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"prompt": self.prompt, "model": self.model, "rounds": self.rounds, "max_tokens": self.max_tokens,

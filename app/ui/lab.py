@@ -131,7 +131,7 @@ class LabScreen(Screen[None]):
                 yield Select([(name, name) for name in self._presets], value="Quick", allow_blank=False,
                              id="lab-preset", compact=True)
                 yield Label("rounds")
-                yield Input("2", id="lab-rounds", compact=True)
+                yield Input("3", id="lab-rounds", compact=True)
                 yield Label("tokens")
                 yield Input("64", id="lab-tokens", compact=True)
                 yield Button("Run", id="lab-run", variant="primary", compact=True)
@@ -309,7 +309,16 @@ class LabScreen(Screen[None]):
         ratio = (best.figures.get("tokens_per_s") or 0) / (none.figures.get("tokens_per_s") or 1) if none else 0
         self._status(f"Fastest: {best.name}, {best.figures.get('tokens_per_s', 0):.1f} tok/s"
                      + (f" ({ratio:.2f}× none)" if none else "") + f"; {report.rounds} round{'s' if report.rounds != 1 else ''} of "
-                     f"{len(report.results)} configurations, up to {report.max_tokens} tokens.")
+                     f"{len(report.results)} configurations, up to {report.max_tokens} tokens."
+                     + self._unsteady_note(report))
+
+    @staticmethod
+    def _unsteady_note(report: LabReport) -> str:
+        names = report.unsteady()
+        if not names:
+            return ""
+        return (f" The machine's speed changed during the run (other programs busy?): for {', '.join(names)} "
+                "the fastest-run and paired ratios disagree; run again, with more rounds.")
 
     def _fill_table(self) -> None:
         table = self.query_one("#lab-table", DataTable)
