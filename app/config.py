@@ -130,8 +130,10 @@ class Config:
             c.model = ModelOptions(model=m.get("path"), ctx_size=int(m.get("ctx_size", 4096)),
                                    threads=m.get("threads"), n_gpu_layers=m.get("n_gpu_layers"),
                                    extra_bufts=str(m.get("extra_bufts", "auto")))
-            if c.model.extra_bufts not in ("auto", "on", "repack", "off"):
-                raise ConfigError(f"model.extra_bufts must be auto, on, repack or off, not {c.model.extra_bufts!r}")
+            from .cpu_check import MODES
+            if c.model.extra_bufts not in MODES:
+                raise ConfigError(f"model.extra_bufts must be {', '.join(MODES[:-1])} or {MODES[-1]}, "
+                                  f"not {c.model.extra_bufts!r}")
             for key in ("rpc", "device", "split_mode", "tensor_split"):
                 if m.get(key) is not None:
                     setattr(c.model, key, str(m[key]))

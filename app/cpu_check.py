@@ -150,7 +150,7 @@ def cached(k: str | None = None) -> dict | None:
     entry = _read_cache().get(k or key())
     if not (isinstance(entry, dict) and isinstance(entry.get("ok"), bool)):
         return None
-    if entry.get("mode") not in ("on", "repack", "off"):
+    if entry.get("mode") not in MODES[1:]:
         entry["mode"] = "on" if entry["ok"] else "off"     # kept by a version that had no "repack"
     return entry
 
@@ -191,6 +191,11 @@ def _crashed(r: ProbeResult) -> bool:
     return r.returncode is not None and r.returncode < 0
 
 
+def _why(r: ProbeResult) -> str:
+    """Why a probe could not run: its detail and the last line it printed."""
+    return r.detail + (f" ({r.log_tail[-1].strip()})" if r.log_tail else "")
+
+
 def decide(mode: str = "auto", model_path: str | None = None,
            progress: Callable[[int, int, str], None] | None = None) -> Decision:
     """Whether to load models with the CPU's extra buffer types, and why.
@@ -201,10 +206,10 @@ def decide(mode: str = "auto", model_path: str | None = None,
     """
     if mode not in MODES:
         raise ValueError(f"extra_bufts must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode in ("on", "repack", "off"):
+    if mode != "auto":
         return Decision(mode, f"forced {mode}")
     env = os.environ.get(ENV, "").strip().lower()
-    if env in ("on", "repack", "off"):
+    if env in MODES[1:]:
         return Decision(env, f"set by {ENV}")
     k = key()
     entry = cached(k)
@@ -221,13 +226,13 @@ def decide(mode: str = "auto", model_path: str | None = None,
         return Decision("on", "probed now", r.detail, r)
     if not _crashed(r):
         # the probe could not run (a Python error, a time-out): say so, play safe, probe again next time
-        why = r.detail + (f" ({r.log_tail[-1].strip()})" if r.log_tail else "")
-        return Decision("off", "probe failed", why, r)
+        return Decision("off", "probe failed", _why(r), r)
     # all of them crash: do the repacked weights alone work? (only worth asking where there is
     # another extra type than the repacked one, e.g. AMX: else it is the same load again)
     from speculators.repack import REPACK_NAME, cpu_extra_bufts
-    others = [n for n in cpu_extra_bufts() if n != REPACK_NAME]
-    if REPACK_NAME in cpu_extra_bufts() and others:
+    extras = cpu_extra_bufts()
+    others = [n for n in extras if n != REPACK_NAME]
+    if REPACK_NAME in extras and others:
         rr = probe(model_path, mode="repack")
         if rr.ok:
             detail = f"with {', '.join(others)} the probe was {signal_name(r.returncode)}; the repacked weights alone work"
@@ -238,8 +243,7 @@ def decide(mode: str = "auto", model_path: str | None = None,
                      f"{signal_name(rr.returncode)}"
             _write_cache(k, r, "off", detail)
             return Decision("off", "probed now", detail, r, rr)
-        why = rr.detail + (f" ({rr.log_tail[-1].strip()})" if rr.log_tail else "")
-        return Decision("off", "probe failed", f"{r.detail}; then {why}", r, rr)
+        return Decision("off", "probe failed", f"{r.detail}; then {_why(rr)}", r, rr)
     _write_cache(k, r, "off", r.detail)
     return Decision("off", "probed now", r.detail, r)
 

@@ -48,7 +48,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-t", "--threads", type=_int, help="CPU threads (default: physical cores)")
     g.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=_ngl, dest="n_gpu_layers",
                    help="layers to offload to the GPU: a number, 'auto' or 'all'")
-    g.add_argument("--extra-bufts", choices=("auto", "on", "repack", "off"), dest="extra_bufts",
+    from .cpu_check import MODES
+    g.add_argument("--extra-bufts", choices=MODES, dest="extra_bufts",
                    help="the CPU's extra buffer types (AMX, repacked weights): auto (default: as a one-time "
                         "probe found on this CPU: all of them where they work, else the repacked weights "
                         "alone where those do, else none), on, repack, or off")
