@@ -18,10 +18,11 @@ import importlib.util
 import queue
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.test_session import drain
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("draftlight_bench_copy_starters", ROOT / "tools" / "bench_copy.py")
@@ -29,18 +30,6 @@ bench_copy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_copy)
 
 SEEDS = (1, 2, 3, 4, 5)
-
-
-def _drain(s, q: queue.Queue, until, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        try:
-            ev = q.get(timeout=0.05)
-        except queue.Empty:
-            if time.monotonic() > deadline:
-                raise AssertionError("the session did not answer in time") from None
-            continue
-        s.apply(ev)
 
 
 def run_starters(model_path: str, seed: int, lookup_root: str, threads: int | None = 2) -> list[tuple[bool, int, str]]:
@@ -59,13 +48,13 @@ def run_starters(model_path: str, seed: int, lookup_root: str, threads: int | No
     out = []
     try:
         s.load()
-        _drain(s, q, lambda: s.engine is not None or s.load_error is not None)
+        drain(s, q, lambda: s.engine is not None or s.load_error is not None, timeout=300.0)
         assert s.engine is not None, s.load_error
         assert s.config.spec.is_auto
         for st in STARTERS:
             s.new_chat()
             s.send(st.text)
-            _drain(s, q, lambda: s.job is None)
+            drain(s, q, lambda: s.job is None, timeout=300.0)
             reply = s.turns[-1]
             assert reply.role == "assistant" and not reply.error, reply.error
             lit = sum(1 for t in reply.tokens if t.drafted_by is not None)
