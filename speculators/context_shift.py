@@ -243,7 +243,10 @@ def _shift_draft_simple(s, history, n_keep, n_discard) -> None:
     else:
         ctx.clear()
         kv.clear()
-    s._sync(s.target)
+    if getattr(s, "upkeep", True):
+        s._sync(s.target)
+    # paused (Automatic found it does not pay): what the draft context lacks is decoded in the
+    # catch-up before its next draft, if it is ever asked again, not on every shift
 
 
 _FALLBACKS = {

@@ -212,6 +212,42 @@ def test_draft_context_shifts_with_the_target(prompt, q2k_model_path):
         dm.close()
 
 
+def test_paused_draft_model_is_not_fed_by_a_shift(prompt, q2k_model_path):
+    """A draft model Automatic paused decodes nothing at a context shift; it catches up on the
+    kept tokens only when it is asked to draft, and then drafts what an unpaused one drafts."""
+    from speculators.draft_simple import DraftSimple
+    from speculators.llama import Model
+    p = SpecParams.from_types("draft-simple")
+    p.draft.n_max = 4
+    p.draft.p_min = 0.0
+    dm = Model(str(q2k_model_path))
+    paused = DraftSimple(p, dm, n_ctx=N_CTX, n_threads=2)
+    fresh = DraftSimple(p, dm, n_ctx=N_CTX, n_threads=2)
+    try:
+        history = (prompt * 2)[:N_CTX]
+        paused.begin(history[:64])
+        paused.process(history[:64], 0)
+        paused.set_upkeep(False)
+        paused.process(history[64:], 64)          # only noted: the draft context holds 64 tokens
+        assert len(paused.kv) == 64 and paused.target == history
+        n0 = paused.n_process_tokens
+        n_keep, n_discard = plan_shift(len(history), N_CTX, N_KEEP)
+        kept = cut_tokens(history, n_keep, n_discard)
+        follow_shift(SpeculatorChain([paused]), kept, n_keep, n_discard)
+        assert paused.target == kept
+        assert paused.n_process_tokens == n0      # nothing decoded while paused
+        req = DraftRequest(prompt=kept, id_last=history[n_keep + n_discard], pos0=len(kept), n_max=4)
+        d = paused.draft(req)
+        assert paused.kv == kept and paused.n_catchups == 1
+        fresh.begin(kept)
+        fresh.process(kept, 0)
+        assert d == fresh.draft(req) and len(d) == 4
+    finally:
+        paused.close()
+        fresh.close()
+        dm.close()
+
+
 def test_memory_shift_moves_positions_and_keeps_going(engine, prompt):
     ctx, model = engine.ctx, engine.model
     history = (prompt * 2)[:N_CTX - 1]
