@@ -169,8 +169,10 @@ class Engine:
         )
         #: tokens whose KV cells are in the context (position i holds kv_tokens[i])
         self.kv_tokens: list[int] = []
-        #: (n_tokens, partial state) checkpoints for prefix reuse when use_checkpoints
-        self._prefix_ckpts: list[tuple[int, bytearray]] = []
+        #: (n_tokens, partial state, the chain's state, that chain) checkpoints for prefix reuse
+        #: when use_checkpoints (llama-server stashes the speculator state with each context
+        #: checkpoint: common_speculative_get_state in create_checkpoint)
+        self._prefix_ckpts: list[tuple[int, bytearray, bytes | None, SpeculatorChain | None]] = []
         self._step_ckpt: bytearray | None = None
         self.spec = spec or SpecParams()
         self.chain: SpeculatorChain | None = None
@@ -345,6 +347,11 @@ class Engine:
                         self.ctx.state_set(ck[1], partial=self.model.is_hybrid or self.model.is_recurrent)
                     except Exception:
                         keep = 0
+                    else:
+                        # and the speculators' state stashed with it (EAGLE3's deferred boundary), as
+                        # llama-server restores it with the checkpoint (common_speculative_set_state)
+                        if ck[2] is not None and ck[3] is self.chain and self.chain is not None:
+                            self.chain.set_state(ck[2])
         self._prefix_ckpts = [c for c in self._prefix_ckpts if c[0] <= keep] if keep else []
         if keep == 0:
             self.ctx.clear()
@@ -390,13 +397,25 @@ class Engine:
     #: context checkpoints kept for prefix reuse on targets that cannot drop a partial sequence
     MAX_PREFIX_CKPTS = 4
 
+    def _needs_step_ckpt(self, n: int) -> bool:
+        """Whether dropping ``n`` tokens of a verify batch needs the step's checkpoint (as
+        llama-server's use_ckpt_tgt: a target that cannot drop a partial sequence, or one that
+        keeps n_rs_seq recurrent snapshots and ``n`` is more than that)."""
+        if not self.use_checkpoints:
+            return False
+        if self.seq_rm_type == "rs" and not self.config.force_checkpoints:
+            return n > self.n_rs_seq
+        return True
+
     def _save_prefix_ckpt(self) -> None:
         """Remember the recurrent state at len(kv_tokens), for the next prompt's prefix reuse."""
         if not (self.use_checkpoints and self.config.reuse_prefix):
             return
         n = len(self.kv_tokens)
         ck = [c for c in self._prefix_ckpts if c[0] != n]
-        ck.append((n, self.ctx.state_get(partial=self.model.is_hybrid or self.model.is_recurrent)))
+        chain = self.chain
+        ck.append((n, self.ctx.state_get(partial=self.model.is_hybrid or self.model.is_recurrent),
+                   chain.get_state() if chain is not None else None, chain))
         self._prefix_ckpts = ck[-self.MAX_PREFIX_CKPTS:]
 
     def _run(self, prompt, max_tokens, sampler: Sampler, stop, cancel, chain: SpeculatorChain,
@@ -438,6 +457,22 @@ class Engine:
         stats.n_generated = reply.n_produced
         yield StepEvent(evs)
 
+        # A checkpointed step whose rejected drafts cannot be dropped (llama-server's verify loop in
+        # server-context.cpp): the target state goes back to the step's checkpoint, the sampler to
+        # its state before the verify, and nothing is emitted or accepted yet. The next step then
+        # *replays* the accepted tokens (the agreeing drafts and the target's own token) as its
+        # draft: no new draft, one decode of [id_last] + replay with every row's logits, verified
+        # as any draft. Only then is the chain told, with the replay's count: the drafter's
+        # per-speculator accept count includes the target's token it did not draft, while the
+        # step's own count (GenerationStats.n_accepted, llama-server's draft_n_accepted) leaves
+        # it out. The per-step checkpoint keeps no speculator state (spec_ckpt has no data_spec):
+        # the replay's decode feeds the drafters again.
+        replay: list[int] = []
+        replay_by: str | None = None
+        replay_n_draft = 0
+        partial = model.is_hybrid or model.is_recurrent
+        ckpt = None
+
         while finish is None:
             if cancel is not None and cancel():
                 finish = STOP_CANCELLED
@@ -453,62 +488,81 @@ class Engine:
                 n_past = len(history)
                 if ctrl is not None:
                     ctrl.begin()  # its pending proposals were scored at the old positions
-            remaining = max_tokens - reply.n_produced
-            # as llama-server (get_n_draft_max): id_last's cell, and one more kept for a context shift
-            room = n_ctx - n_past - 2
-            # the verify batch must fit one decode call, or earlier rows lose their logits
-            n_max = min(chain.n_max, remaining - 1, room, ctx.n_batch - 1)
-            draft: list[int] = []
-            if ctrl is not None:
-                dec = ctrl.decide(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=max(0, n_max)))
-                draft = dec.draft
-            elif n_max > 0 and chain.speculators:
-                draft = chain.draft(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=n_max))
-            drafter = chain.last_drafter if draft else None
+            is_replay = bool(replay)
+            if is_replay:
+                draft, drafter = replay, replay_by
+            else:
+                ckpt = None
+                remaining = max_tokens - reply.n_produced
+                # as llama-server (get_n_draft_max): id_last's cell, and one more kept for a context shift
+                room = n_ctx - n_past - 2
+                # the verify batch must fit one decode call, or earlier rows lose their logits
+                n_max = min(chain.n_max, remaining - 1, room, ctx.n_batch - 1)
+                draft = []
+                if ctrl is not None:
+                    dec = ctrl.decide(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=max(0, n_max)))
+                    draft = dec.draft
+                elif n_max > 0 and chain.speculators:
+                    draft = chain.draft(DraftRequest(prompt=history, id_last=id_last, pos0=n_past, n_max=n_max))
+                drafter = chain.last_drafter if draft else None
+                if draft:
+                    stats.n_drafted += len(draft)
+                if draft and self._needs_step_ckpt(len(draft)):
+                    # one buffer for every step's checkpoint (it lives until the step is accepted)
+                    ckpt = self._step_ckpt = ctx.state_get(partial=partial, into=self._step_ckpt)
             batch = [id_last] + draft
-            ckpt = None
-            if draft and self.use_checkpoints and len(draft) > self.n_rs_seq:
-                # one buffer for every step's checkpoint (it lives until the step is accepted)
-                ckpt = self._step_ckpt = ctx.state_get(partial=model.is_hybrid or model.is_recurrent,
-                                                       into=self._step_ckpt)
+            # the sampler as it was before the verify, for a restore (llama-server's smpl_save)
+            smpl_save = sampler_clone(sampler) if ckpt is not None and draft else None
             t_step = time.perf_counter()
             try:
                 ctx.decode(batch, n_past, logits="all" if draft else "last")
             except ContextFull:
+                sampler_drop(smpl_save)
                 finish = STOP_CONTEXT
                 break
             chain.process(batch, n_past)
             if not draft:
                 ids = [sampler.sample(ctx, -1)]
             elif synth_probs:
-                ids = self._accept_synth(sampler, draft, synth_probs, synth_rng)
+                ids = self._accept_synth(sampler, draft, synth_probs, synth_rng, replay=is_replay)
             else:
                 ids = sampler.sample_and_accept_n(ctx, range(len(batch)), draft)
-            n_acc = len(ids) - 1
-            if ctrl is not None:
+            n_rollback = len(batch) - len(ids)
+            if ctrl is not None and not is_replay:
                 ctrl.observe(dec, ids, time.perf_counter() - t_step)
+            if n_rollback > 0 and ckpt is not None and self._needs_step_ckpt(n_rollback):
+                # restore the step's checkpoint; the accepted tokens are replayed next
+                ctx.state_set(ckpt, partial=partial)
+                ctx.seq_rm(n_past, -1)
+                sampler_restore(sampler, smpl_save)
+                self.kv_tokens = list(history)
+                if not is_replay:
+                    replay_by, replay_n_draft = drafter, len(draft)
+                replay = ids
+                continue
+            sampler_drop(smpl_save)
+            n_acc = len(ids) - 1
             if draft:
                 chain.accept(n_acc)
-                stats.n_drafted += len(draft)
-                stats.n_accepted += n_acc
+                stats.n_accepted += n_acc - 1 if is_replay and n_acc > 0 else n_acc
+            # of a replay, only the first len(replay) - 1 tokens were drafted (its last is the target's)
+            n_emit_drafted = min(n_acc, len(replay) - 1) if is_replay else n_acc
+            n_step_draft = replay_n_draft if is_replay else len(draft)
+            n_step_acc = n_acc - 1 if is_replay and n_acc > 0 else n_acc
+            replay, ckpt = [], None
             stats.n_steps += 1
             # the KV cache now holds id_last and the accepted drafts
             history.append(id_last)
             history.extend(ids[:-1])
             n_keep = n_past + len(ids)
-            if len(batch) > len(ids):
-                if ckpt is not None:
-                    ctx.state_set(ckpt, partial=model.is_hybrid or model.is_recurrent)
-                    ctx.seq_rm(n_past, -1)
-                    ctx.decode([id_last] + ids[:-1], n_past, logits="none")
-                else:
-                    ctx.seq_rm(n_keep, -1)
+            if n_rollback > 0:
+                ctx.seq_rm(n_keep, -1)
             n_past = n_keep
             self.kv_tokens = list(history)
             id_last = ids[-1]
-            evs, finish = emit(ids, drafter, len(ids) - 1)
+            evs, finish = emit(ids, drafter, n_emit_drafted)
             stats.n_generated = reply.n_produced
-            yield StepEvent(evs, drafter, len(draft), n_acc)
+            yield StepEvent(evs, drafter, n_step_draft, n_step_acc)
             now = time.perf_counter()
             if now - last_stats >= stats_interval_s:
                 last_stats = now
@@ -518,7 +572,6 @@ class Engine:
                     stats.controller = ctrl.snapshot() - base_ctrl_stats
                 yield StatsEvent(stats)
 
-        if finish in (STOP_EOG, STOP_LENGTH, STOP_STRING):
             self._save_prefix_ckpt()  # the next turn of a chat starts with this reply
         tail = reply.finish(finish)
         if tail:
@@ -566,12 +619,16 @@ class Engine:
         return kept
 
     def _accept_synth(self, sampler: Sampler, draft: list[int], probs: Sequence[float],
-                      rng: random.Random) -> list[int]:
-        """Synthetic acceptance (benchmarking): accept draft tokens at random."""
+                      rng: random.Random, replay: bool = False) -> list[int]:
+        """Synthetic acceptance (benchmarking): accept draft tokens at random.
+
+        ``replay``: the draft is a replay after a restored checkpoint (already accepted): take
+        it whole, as llama-server's server_sample_and_accept_synth does.
+        """
         out: list[int] = []
         for i, d in enumerate(draft):
             tok = sampler.sample(self.ctx, i)
-            if rng.random() < probs[i] and not self.model.is_eog(d):
+            if replay or (rng.random() < probs[i] and not self.model.is_eog(d)):
                 out.append(d)
                 continue
             out.append(tok)
@@ -698,6 +755,31 @@ class ReplyBuilder:
             elif self.tokens:
                 self.tokens[-1].text += tail
         return self._release()
+
+
+def sampler_clone(sampler: Sampler):
+    """A copy of the sampler's native chain (its RNG state too), or None when greedy.
+
+    :class:`~speculators.sampling.Sampler` has no clone of its own yet; this is llama-server's
+    ``common_sampler_clone`` before a verify that may be undone.
+    """
+    chain = getattr(sampler, "_chain", None)
+    return lc.llama_sampler_clone(chain) if chain is not None else None
+
+
+def sampler_restore(sampler: Sampler, saved) -> None:
+    """Put back what :func:`sampler_clone` copied (``common_sampler_copy``); ``saved`` is consumed."""
+    if saved is None:
+        return
+    old = sampler._chain
+    sampler._chain = saved
+    if old is not None:
+        lc.llama_sampler_free(old)
+
+
+def sampler_drop(saved) -> None:
+    if saved is not None:
+        lc.llama_sampler_free(saved)
 
 
 def _diff_stats(chain: SpeculatorChain, base) -> dict:
