@@ -98,6 +98,14 @@ def tps(stats: dict) -> float:
     return n / stats["t_gen_s"] if stats.get("t_gen_s") and n > 0 else 0.0
 
 
+def step_line(stats: dict) -> str:
+    """Where a run's time went: steps, drafted/accepted, and the mean time of a step."""
+    steps = stats.get("n_steps") or 0
+    ms = 1000 * stats["t_gen_s"] / steps if steps else 0.0
+    return (f"{tps(stats):6.1f} tok/s, {stats['n_generated']} tok in {steps} steps ({ms:.1f} ms/step), "
+            f"drafted {stats.get('n_drafted', 0)} accepted {stats.get('n_accepted', 0)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model")
@@ -109,6 +117,7 @@ def main() -> int:
     # below 2,048 the plain transcript leaves out its worked exchanges, after which the default
     # model answers the counting prompt in a few tokens: a reply long enough to time needs this
     ap.add_argument("-c", "--ctx-size", type=int, default=1024)
+    ap.add_argument("-v", "--verbose", action="store_true", help="each round's steps, drafts and time per step")
     a = ap.parse_args()
     if shutil.which("tmux") is None:
         raise SystemExit("needs tmux")
@@ -119,7 +128,7 @@ def main() -> int:
         flags = ["--spec-type", cfg, "--temp", "0", "-n", str(a.n), "-t", str(a.threads), "-c", str(a.ctx_size)]
         if a.model:
             flags += ["--model", a.model]
-        chat, gen, paired, same, ntok, ui = [], [], [], True, 0, []
+        chat, gen, paired, same, ntok, ui, detail = [], [], [], True, 0, [], []
         for _ in range(a.rounds):
             # fresh folders for each side: neither learns from the other's lookup caches
             with tempfile.TemporaryDirectory(prefix="draftlight-bench-") as tmp:
@@ -131,8 +140,12 @@ def main() -> int:
             same &= c["text"].strip() == g["text"].strip()
             ntok = g["stats"]["n_generated"]
             ui.append(1000 * c["ui_cpu_s"] / max(1, c["stats"]["n_generated"]))
+            if a.verbose:
+                detail.append(f"  round {len(chat)}: chat {step_line(c['stats'])} | generate {step_line(g['stats'])}")
         print(f"{cfg:<12} {max(chat):10.1f} {max(gen):14.1f} {max(chat) / max(gen):10.3f} "
               f"{statistics.median(paired):12.3f} {ntok:7d} {statistics.median(ui):11.2f} {'yes' if same else 'NO'}", flush=True)
+        for line in detail:
+            print(line, flush=True)
     return 0
 
 

@@ -139,6 +139,9 @@ class ReplyBody(Widget):
         self._lines: list[tuple[int, int]] = []
         self._strips: dict[int, Strip] = {}
         self._strip_key: tuple = ()
+        #: the content width while a render_lines call paints lines (asked once, not per line:
+        #: ``size`` walks up to the screen and asks the compositor every time)
+        self._paint_width: int | None = None
         #: lag probe (benchmark): when each token's event reached the worker
         self._times: list[float] = []
         self._probed = 0
@@ -285,8 +288,15 @@ class ReplyBody(Widget):
                                   Style(reverse=True, underline=True)))
         return Content(text, spans)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._paint_width = self.size.width
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint_width = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self._paint_width if self._paint_width is not None else self.size.width
         self._ensure_wrapped(width)
         probe = self.probe
         if probe is not None and self._probed < len(self._times):
