@@ -827,3 +827,16 @@ async def test_the_legend_keeps_its_labels_at_100_columns_with_six_speculators()
         for name in ("simple", "map-k", "map-k4v", "mod", "cache", "draft"):
             assert f" {name} " in line or f"■ {name}" in line, (name, line)
         assert "…" not in line
+
+
+async def test_nothing_animates_out_of_sight_once_the_model_is_loaded():
+    """The load panel's indeterminate bar runs a 15-a-second timer; hidden after the load, it
+    must not keep it (the UI would pay for it while every reply streams)."""
+    from textual.widgets import ProgressBar
+    app, _ = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        assert not app.query_one(LoadPanel).display
+        animated = [w for w in app.screen.query("*") if getattr(w, "auto_refresh", None)]
+        assert animated == []
+        assert app.query_one("#load-bar", ProgressBar).auto_refresh is None

@@ -493,7 +493,7 @@ class DraftlightApp(App[int]):
         gc.collect()
         gc.freeze()
         self._paint_every = self.paint_every_s()
-        self.query_one(LoadPanel).display = False
+        self.query_one(LoadPanel).hide()
         self._set_state("ready")
         self.refresh_bindings()
         if not isinstance(self.focused, PromptInput):

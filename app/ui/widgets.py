@@ -1145,6 +1145,13 @@ class LoadPanel(Vertical):
         if path:
             self.query_one("#load-detail", Static).update(path)
 
+    def hide(self) -> None:
+        """Out of sight, and its bar no longer animated (a hidden indeterminate bar keeps a
+        15-a-second timer that the UI would pay for while replies stream)."""
+        from textual.widgets import ProgressBar
+        self.query_one("#load-bar", ProgressBar).update(total=1, progress=0)
+        self.display = False
+
     def show_error(self, error: str, path: str | None) -> None:
         from textual.widgets import Input
         self.add_class("-error")
