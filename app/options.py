@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
-from speculators.types import all_types_str, parse_types
+from speculators.descriptor import descriptors, find
+from speculators.types import ALL_TYPES, LiveMapping, all_types_str, parse_types
 
 
 def _int(v: str) -> int:
@@ -106,61 +107,34 @@ def add_spec_args(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
                    help="the adaptive controller: before each step decide whether to draft and how long, "
                         "from the measured verify cost and each drafter's acceptance (default: on with "
                         "auto, off with a list of types, as llama.cpp)")
-    g.add_argument("-md", "--spec-draft-model", "--model-draft", dest="spec_draft_model", metavar="FNAME",
-                   help="draft model for draft-simple")
-    g.add_argument("--spec-draft-n-max", type=_int, dest="spec_draft_n_max", help="max draft tokens (default 3)")
-    g.add_argument("--spec-draft-n-min", type=_int, dest="spec_draft_n_min", help="min draft tokens (default 0)")
-    g.add_argument("--spec-draft-p-min", type=_float, dest="spec_draft_p_min",
-                   help="min draft probability (default 0.0)")
-    g.add_argument("-ngld", "--spec-draft-ngl", type=_ngl, dest="spec_draft_ngl",
-                   help="draft model layers on the GPU")
-    g.add_argument("-devd", "--spec-draft-device", "--device-draft", dest="spec_draft_device",
-                   metavar="DEV1,DEV2", help="devices for the draft model (none = the CPU only; "
-                                             "default: as --device)")
-    g.add_argument("--spec-draft-ctx", type=_int, dest="spec_draft_ctx", help="draft context size (default: target's)")
-    g.add_argument("-td", "--spec-draft-threads", type=_int, dest="spec_draft_threads", help="draft threads")
-    for kind in ("simple", "map-k", "map-k4v"):
-        k = kind.replace("-", "_")
-        g.add_argument(f"--spec-ngram-{kind}-size-n", type=_int, dest=f"spec_ngram_{k}_size_n",
-                       help=f"ngram-{kind}: lookup n-gram length (default 12)")
-        g.add_argument(f"--spec-ngram-{kind}-size-m", type=_int, dest=f"spec_ngram_{k}_size_m",
-                       help=f"ngram-{kind}: draft m-gram length (default 48)")
-        g.add_argument(f"--spec-ngram-{kind}-min-hits", type=_int, dest=f"spec_ngram_{k}_min_hits",
-                       help=f"ngram-{kind}: minimum hits (default 1)")
-    g.add_argument("--spec-ngram-mod-n-match", type=_int, dest="spec_ngram_mod_n_match",
-                   help="ngram-mod lookup length (default 24)")
-    g.add_argument("--spec-ngram-mod-n-min", type=_int, dest="spec_ngram_mod_n_min",
-                   help="ngram-mod min draft (default 48)")
-    g.add_argument("--spec-ngram-mod-n-max", type=_int, dest="spec_ngram_mod_n_max",
-                   help="ngram-mod max draft (default 64)")
-    g.add_argument("-lcs", "--lookup-cache-static", dest="lookup_cache_static", metavar="FNAME",
-                   help="static lookup cache for ngram-cache")
-    g.add_argument("-lcd", "--lookup-cache-dynamic", dest="lookup_cache_dynamic", metavar="FNAME",
-                   help="dynamic lookup cache for ngram-cache")
+    # each type's own flags (its descriptor's), in llama.cpp's enum order (the draft-model flags first)
+    for t in ALL_TYPES:
+        d = find(t)
+        for flag in (d.flags if d is not None else ()):
+            g.add_argument(*flag.names, type=_FLAG_KINDS[flag.kind], dest=flag.dest, metavar=flag.metavar,
+                           help=flag.help)
     g.add_argument("--spec-synth-len", type=_float, dest="spec_synth_len", metavar="L",
                    help="synthetic mean acceptance length (benchmarking only)")
     g.add_argument("--spec-synth-rates", type=_floats, dest="spec_synth_rates", metavar="P0,P1,...",
                    help="synthetic per-position acceptance rates (benchmarking only)")
 
 
-_SPEC_FLAG_MAP = {
-    "spec_draft_model": ("draft", "model"),
-    "spec_draft_n_max": ("draft", "n_max"),
-    "spec_draft_n_min": ("draft", "n_min"),
-    "spec_draft_p_min": ("draft", "p_min"),
-    "spec_draft_ngl": ("draft", "n_gpu_layers"),
-    "spec_draft_device": ("draft", "device"),
-    "spec_draft_ctx": ("draft", "n_ctx"),
-    "spec_draft_threads": ("draft", "n_threads"),
-    "spec_ngram_mod_n_match": ("ngram_mod", "n_match"),
-    "spec_ngram_mod_n_min": ("ngram_mod", "n_min"),
-    "spec_ngram_mod_n_max": ("ngram_mod", "n_max"),
-    "lookup_cache_static": ("ngram_cache", "lookup_cache_static"),
-    "lookup_cache_dynamic": ("ngram_cache", "lookup_cache_dynamic"),
-}
-for _kind in ("simple", "map_k", "map_k4v"):
-    for _f in ("size_n", "size_m", "min_hits"):
-        _SPEC_FLAG_MAP[f"spec_ngram_{_kind}_{_f}"] = (f"ngram_{_kind}", _f)
+#: how a flag's value is read, by its descriptor's kind (None: as given)
+_FLAG_KINDS = {"int": _int, "float": _float, "ngl": _ngl, "str": None}
+
+
+def spec_flag_map() -> dict[str, tuple[str, str]]:
+    """The spec flags' ``dest`` -> (SpecParams section, field), from every type's descriptor."""
+    out: dict[str, tuple[str, str]] = {}
+    for d in descriptors():
+        for flag in d.flags:
+            section, name = flag.target.split(".", 1)
+            out[flag.dest] = (section, name)
+    return out
+
+
+#: the same, as a live view (a type declared later shows in it)
+_SPEC_FLAG_MAP = LiveMapping(spec_flag_map)
 
 
 def spec_from_args(args: argparse.Namespace, base: SpecParams | None = None) -> SpecParams:

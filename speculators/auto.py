@@ -14,6 +14,10 @@ verifies a draft only where it is expected to pay:
   (its vocabulary is checked when the chain is built);
 * nothing model-based otherwise.
 
+Each type's descriptor says what it needs and what to say about it
+(:mod:`speculators.descriptor`: ``needs``); a type declared later takes
+part too.
+
 :func:`auto_plan` answers without a loaded engine (GGUF headers only), for
 a settings pane; a built chain keeps its own answer in
 ``SpeculatorChain.auto_plan``, where a type that failed to build says why.
@@ -30,8 +34,9 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from .descriptor import Have, descriptors
 from .params import SpecParams
-from .types import NGRAM_TYPES, PRIORITY, SpecType
+from .types import NGRAM_TYPES, LiveMapping, SpecType
 
 
 class AutoChoice(NamedTuple):
@@ -42,14 +47,8 @@ class AutoChoice(NamedTuple):
     reason: str
 
 
-#: why each n-gram type is worth having (they cost next to nothing when cold)
-_NGRAM_REASONS = {
-    SpecType.NGRAM_SIMPLE: "always available: repeats what followed the last n-gram of the conversation",
-    SpecType.NGRAM_MAP_K: "always available: map from n-gram to its continuation",
-    SpecType.NGRAM_MAP_K4V: "always available: n-gram map with up to 4 continuations",
-    SpecType.NGRAM_MOD: "always available: hashed n-gram pool shared across replies (long copies)",
-    SpecType.NGRAM_CACHE: "always available: this conversation plus the learned lookup caches",
-}
+#: why each n-gram type is worth having (they cost next to nothing when cold): their descriptors' say
+_NGRAM_REASONS = LiveMapping(lambda: {d.type: d.needs.auto(d, Have())[1] for d in descriptors() if d.is_ngram})
 
 _detect_cache: dict[tuple, tuple[list[SpecType], str | None]] = {}
 
@@ -82,43 +81,23 @@ def target_has_mtp(model_path: str | None) -> bool:
     return SpecType.DRAFT_MTP in _types_in_gguf(model_path)[0]
 
 
-def auto_plan(params: SpecParams | None = None, model_path: str | None = None) -> list[AutoChoice]:
-    """What ``auto`` uses for ``model_path`` with ``params`` (its draft model), in priority order."""
+def auto_plan(params: SpecParams | None = None, model_path: str | None = None,
+              draft_passed: bool = False) -> list[AutoChoice]:
+    """What ``auto`` uses for ``model_path`` with ``params`` (its draft model), in priority order.
+
+    ``draft_passed``: a loaded draft model is passed to the chain (counts when none is configured).
+    """
     params = params or SpecParams.auto()
     draft_path = params.draft.model or None
     target_types, _ = _types_in_gguf(model_path)
     draft_types, draft_arch = _types_in_gguf(draft_path)
-    name = os.path.basename(draft_path) if draft_path else ""
+    have = Have(target_types=frozenset(t.value for t in target_types), draft_model=draft_path,
+                draft_arch=draft_arch, draft_types=frozenset(t.value for t in draft_types),
+                draft_passed=draft_passed)
     out: list[AutoChoice] = []
-    for t in PRIORITY:
-        if t in NGRAM_TYPES:
-            out.append(AutoChoice(t.value, True, _NGRAM_REASONS[t]))
-            continue
-        used, why = False, ""
-        if t is SpecType.DRAFT_MTP:
-            if SpecType.DRAFT_MTP in target_types:
-                used, why = True, "the model has multi-token-prediction heads"
-            elif draft_path and SpecType.DRAFT_MTP in draft_types:
-                used, why = True, f"the draft model {name} has multi-token-prediction heads"
-            else:
-                why = "the model has no multi-token-prediction heads"
-        elif not draft_path:
-            why = "no draft model is set"
-        elif draft_arch is None:
-            why = f"the draft model {name} cannot be read"
-        elif t is SpecType.DRAFT_SIMPLE:
-            if draft_types or (draft_arch or "").lower() == "eagle3":
-                why = f"the draft model {name} is a {(draft_arch or '?')} drafter, not an ordinary model"
-            else:
-                used, why = True, f"draft model {name}"
-        elif t is SpecType.DRAFT_EAGLE3:
-            used = (draft_arch or "").lower() == "eagle3"
-            why = f"EAGLE-3 drafter {name}" if used else f"the draft model {name} is not an EAGLE-3 drafter"
-        elif t in (SpecType.DRAFT_DFLASH, SpecType.DRAFT_DSPARK):
-            used = t in draft_types
-            label = "DFlash" if t is SpecType.DRAFT_DFLASH else "DSpark"
-            why = f"{label} drafter {name}" if used else f"the draft model {name} is not a {label} drafter"
-        out.append(AutoChoice(t.value, used, why))
+    for d in descriptors():
+        used, why = d.needs.auto(d, have)
+        out.append(AutoChoice(d.name, used, why))
     return out
 
 
@@ -130,11 +109,8 @@ def auto_plan_for_resources(params: SpecParams, resources: dict) -> list[AutoCho
     """
     model = resources.get("model")
     path = getattr(model, "path", None)
-    plan = auto_plan(params, str(path) if path else None)
-    if resources.get("draft_model") is not None and not params.draft.model:
-        plan = [AutoChoice(c.name, True, "the draft model passed in") if c.name == SpecType.DRAFT_SIMPLE.value
-                else c for c in plan]
-    return plan
+    return auto_plan(params, str(path) if path else None,
+                     draft_passed=resources.get("draft_model") is not None)
 
 
 def uses_type(params: SpecParams, t: SpecType) -> bool:

@@ -30,38 +30,31 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from .base import DraftRequest, Speculator, SpeculatorStats
+from .descriptor import FACTORIES, ensure_loaded
 from .params import ParamError, SpecParams
 from .types import NGRAM_TYPES, PRIORITY, SpecType
 
 #: type -> factory(params, resources) returning a Speculator, or raising
 #: :class:`Unavailable` with a reason when what it needs is not loaded.
 Factory = Callable[[SpecParams, dict], Speculator]
-_REGISTRY: dict[SpecType, Factory] = {}
+_REGISTRY: dict[SpecType, Factory] = FACTORIES
 
 
 class Unavailable(Exception):
     """A speculator type cannot be built with what is loaded (the reason)."""
 
 
-def register(spec_type: SpecType) -> Callable[[Factory], Factory]:
+def register(spec_type: SpecType | str) -> Callable[[Factory], Factory]:
+    """The factory of ``spec_type`` (declared beside it: :mod:`speculators.descriptor`)."""
     def deco(f: Factory) -> Factory:
-        _REGISTRY[spec_type] = f
+        _REGISTRY[SpecType._intern(str(spec_type))] = f
         return f
     return deco
 
 
-_IMPL_MODULES = ("ngram_simple", "ngram_map", "ngram_mod", "ngram_cache", "draft_simple", "draft_hidden")
-
-
 def _ensure_registered() -> None:
-    """Import the implementation modules; each registers its types."""
-    import importlib
-    for name in _IMPL_MODULES:
-        try:
-            importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{name}":
-                raise
+    """Import the implementation modules; each declares its types and registers their factories."""
+    ensure_loaded()
 
 
 def implemented_types() -> frozenset[SpecType]:

@@ -15,8 +15,9 @@ One module per drafter, plus the shared base (as vLLM's spec-decode proposers):
 * :mod:`speculators.draft_dflash` -- draft-dflash and draft-dspark (block drafters
   with KV injection).
 
-This module imports them so their factories register with the chain
-(``chain._IMPL_MODULES`` names it), and re-exports their public names.
+This module declares the four types (their :class:`~speculators.descriptor.SpecDescriptor`),
+imports the drafters so their factories register with the chain, and
+re-exports their public names.
 """
 
 from __future__ import annotations
@@ -29,6 +30,29 @@ from .draft_dflash import (DFLASH_DEFAULT_BLOCK_SIZE, DFLASH_SYMBOLS, FINAL_LAYE
                            DraftDFlash, DraftDSpark, _InjectBatch, _has_markov_head, _make_block_drafter,
                            _meta_bool, check_dflash_drafter, dspark_cut, make_draft_dflash,
                            make_draft_dspark, output_limits, walk_lattice)
+from .descriptor import HIDDEN, Drafter, MtpHeads, SpecDescriptor, declare
+from .draft_simple import draft_n_max
+
+declare(SpecDescriptor(
+    name="draft-eagle3", rank=70, kind=HIDDEN,
+    info="EAGLE-3 drafter on the hidden states",
+    needs=Drafter(label="EAGLE-3", arch="eagle3"), drafter_label="EAGLE3",
+    section="draft", n_max=draft_n_max))
+declare(SpecDescriptor(
+    name="draft-mtp", rank=80, kind=HIDDEN,
+    info="the model's multi-token-prediction heads",
+    needs=MtpHeads(), load=frozenset({"mtp"}),
+    section="draft", n_max=draft_n_max))
+declare(SpecDescriptor(
+    name="draft-dflash", rank=90, kind=HIDDEN,
+    info="DFlash block drafter",
+    needs=Drafter(label="DFlash"), drafter_label="DFlash",
+    section="draft", n_max=draft_n_max))
+declare(SpecDescriptor(
+    name="draft-dspark", rank=100, kind=HIDDEN,
+    info="DSpark drafter",
+    needs=Drafter(label="DSpark"), drafter_label="DSpark",
+    section="draft", n_max=draft_n_max))
 
 __all__ = ["DraftMTP", "DraftEagle3", "DraftDFlash", "DraftDSpark", "pick_top_k", "output_limits",
            "walk_lattice", "dspark_cut", "check_layer_ids", "check_dflash_drafter",

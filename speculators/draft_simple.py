@@ -58,6 +58,7 @@ import numpy as np
 from .base import DraftRequest, Speculator
 from .chain import Unavailable, register
 from .compat import check_compatible
+from .descriptor import MODEL, DraftModel, Flag, SpecDescriptor, Setting, declare
 from .llama import Context, ContextFull, DecodeError, Model, ModelError
 from .params import SpecParams
 from .types import SpecType
@@ -423,6 +424,36 @@ class DraftSimple(Speculator):
         if self._owns_model and self.model is not None:
             release_draft_model(self.model)
             self.model = None  # type: ignore[assignment]
+
+
+def draft_n_max(params: SpecParams) -> int:
+    """The draft length of the draft-model types (``--spec-draft-n-max``)."""
+    return max(0, params.draft.n_max)
+
+
+declare(SpecDescriptor(
+    name="draft-simple", rank=60, kind=MODEL,
+    info="a small draft model, same vocabulary",
+    needs=DraftModel(), section="draft", n_max=draft_n_max,
+    # the draft-model flags: the hidden-state types share them (and the section)
+    flags=(Flag(("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", "draft.model", "str",
+                "draft model for draft-simple", "FNAME"),
+           Flag(("--spec-draft-n-max",), "spec_draft_n_max", "draft.n_max", "int", "max draft tokens (default 3)"),
+           Flag(("--spec-draft-n-min",), "spec_draft_n_min", "draft.n_min", "int", "min draft tokens (default 0)"),
+           Flag(("--spec-draft-p-min",), "spec_draft_p_min", "draft.p_min", "float",
+                "min draft probability (default 0.0)"),
+           Flag(("-ngld", "--spec-draft-ngl"), "spec_draft_ngl", "draft.n_gpu_layers", "ngl",
+                "draft model layers on the GPU"),
+           Flag(("-devd", "--spec-draft-device", "--device-draft"), "spec_draft_device", "draft.device", "str",
+                "devices for the draft model (none = the CPU only; default: as --device)", "DEV1,DEV2"),
+           Flag(("--spec-draft-ctx",), "spec_draft_ctx", "draft.n_ctx", "int", "draft context size (default: target's)"),
+           Flag(("-td", "--spec-draft-threads"), "spec_draft_threads", "draft.n_threads", "int", "draft threads")),
+    fields=(Setting("draft.model", "draft model", "path", "a GGUF with the target's vocabulary"),
+            Setting("draft.n_max", "max draft tokens", "int"),
+            Setting("draft.n_min", "min draft tokens", "int"),
+            Setting("draft.p_min", "min probability", "float"),
+            Setting("draft.n_gpu_layers", "draft GPU layers", "ngl", "auto, all or a number (-ngld)"),
+            Setting("draft.device", "draft devices", "str", "empty: as the model's · none: CPU only"))))
 
 
 @register(SpecType.DRAFT_SIMPLE)

@@ -48,6 +48,7 @@ import numpy as np
 
 from .base import DraftRequest, Speculator
 from .chain import register
+from .descriptor import NGRAM, Flag, Nothing, SpecDescriptor, Setting, declare
 from .params import SpecParams
 from .types import SpecType
 
@@ -887,6 +888,20 @@ class NgramCacheSpeculator(Speculator):
             self.source_drafted[name] += 1
             if i < n_accepted:
                 self.source_accepted[name] += 1
+
+
+declare(SpecDescriptor(
+    name="ngram-cache", rank=50, kind=NGRAM,
+    info="lookup caches: a static and a dynamic file",
+    needs=Nothing("always available: this conversation plus the learned lookup caches"),
+    section="ngram_cache", n_max=lambda p: N_DRAFT,
+    flags=(Flag(("-lcs", "--lookup-cache-static"), "lookup_cache_static", "ngram_cache.lookup_cache_static", "str",
+                "static lookup cache for ngram-cache", "FNAME"),
+           Flag(("-lcd", "--lookup-cache-dynamic"), "lookup_cache_dynamic", "ngram_cache.lookup_cache_dynamic",
+                "str", "dynamic lookup cache for ngram-cache", "FNAME")),
+    fields=(Setting("ngram_cache.lookup_cache_static", "static cache file", "path", "optional, must exist"),
+            Setting("ngram_cache.lookup_cache_dynamic", "dynamic cache file", "path",
+                    "optional; learns as you chat"))))
 
 
 @register(SpecType.NGRAM_CACHE)

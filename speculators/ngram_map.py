@@ -24,8 +24,9 @@ import numpy as np
 
 from .base import DraftRequest, Speculator
 from .chain import register
+from .descriptor import NGRAM, Nothing, SpecDescriptor, declare
 from .params import NgramMapParams, SpecParams
-from .ngram_simple import TokenHistory, find_ngrams, slot_winners
+from .ngram_simple import TokenHistory, find_ngrams, ngram_map_options, slot_winners
 from .types import SpecType
 
 __all__ = ["NgramMap", "NgramMapKey", "NgramMapState", "NgramMapValue", "ngram_map_hash"]
@@ -505,6 +506,18 @@ class NgramMap(Speculator):
 
 def _make(p: NgramMapParams, key_only: bool) -> NgramMap:
     return NgramMap(size_n=p.size_n, size_m=p.size_m, min_hits=p.min_hits, key_only=key_only)
+
+
+declare(SpecDescriptor(
+    name="ngram-map-k", rank=20, kind=NGRAM,
+    info="map from n-gram to its continuation",
+    needs=Nothing("always available: map from n-gram to its continuation"),
+    **ngram_map_options("ngram-map-k", "ngram_map_k")))
+declare(SpecDescriptor(
+    name="ngram-map-k4v", rank=30, kind=NGRAM,
+    info="n-gram map with up to 4 continuations",
+    needs=Nothing("always available: n-gram map with up to 4 continuations"),
+    **ngram_map_options("ngram-map-k4v", "ngram_map_k4v")))
 
 
 @register(SpecType.NGRAM_MAP_K)

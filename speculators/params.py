@@ -15,6 +15,7 @@ speculators.params.ParamError: draft.n_max: must be >= 0
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -47,6 +48,16 @@ class DraftParams:
     #: where the draft model's offloaded layers go (``-devd``; None: as the target's ``--device``)
     device: str | None = None
 
+    def check(self, name: str = "draft") -> None:
+        if self.n_max < 0:
+            raise ParamError(f"{name}.n_max", "must be >= 0")
+        if self.n_min < 0:
+            raise ParamError(f"{name}.n_min", "must be >= 0")
+        if not (0.0 <= self.p_min <= 1.0) or math.isnan(self.p_min):
+            raise ParamError(f"{name}.p_min", "must be within [0, 1]")
+        if not (0.0 <= self.p_split <= 1.0) or math.isnan(self.p_split):
+            raise ParamError(f"{name}.p_split", "must be within [0, 1]")
+
 
 @dataclass
 class NgramMapParams:
@@ -54,12 +65,28 @@ class NgramMapParams:
     size_m: int = 48
     min_hits: int = 1
 
+    def check(self, name: str) -> None:
+        if not 1 <= self.size_n <= 1024:
+            raise ParamError(f"{name}.size_n", "must be between 1 and 1024 inclusive")
+        if not 1 <= self.size_m <= 1024:
+            raise ParamError(f"{name}.size_m", "must be between 1 and 1024 inclusive")
+        if self.min_hits < 1:
+            raise ParamError(f"{name}.min_hits", "must be at least 1")
+
 
 @dataclass
 class NgramModParams:
     n_match: int = 24
     n_max: int = 64
     n_min: int = 48
+
+    def check(self, name: str = "ngram_mod") -> None:
+        if not 1 <= self.n_match <= 1024:
+            raise ParamError(f"{name}.n_match", "must be between 1 and 1024 inclusive")
+        if not 0 <= self.n_min <= 1024:
+            raise ParamError(f"{name}.n_min", "must be between 0 and 1024 inclusive")
+        if not 0 <= self.n_max <= 1024:
+            raise ParamError(f"{name}.n_max", "must be between 0 and 1024 inclusive")
 
 
 @dataclass
@@ -70,6 +97,13 @@ class NgramCacheParams:
 
 @dataclass
 class SpecParams:
+    """The speculation settings: the types, and one section per type's parameters.
+
+    A type declared outside this module with its own section (its
+    descriptor's ``section`` and ``section_factory``) finds it here as an
+    attribute too; those sections are kept in :attr:`extra`.
+    """
+
     types: list[SpecType] = field(default_factory=list)
     synth_len: float | None = None
     synth_rates: list[float] = field(default_factory=list)
@@ -82,6 +116,34 @@ class SpecParams:
     #: the adaptive controller (speculators.controller): None = on with ``auto``, off
     #: with an explicit type list (llama.cpp's behaviour); True/False force it
     adaptive: bool | None = None
+    #: the sections of types declared elsewhere (by section name), made on first use
+    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names the dataclass does not have: a declared type's own section
+        if name.startswith("_") or name == "extra":
+            raise AttributeError(name)
+        from .descriptor import section_factory
+        make = section_factory(name)
+        extra = self.__dict__.get("extra")
+        if make is None or extra is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name not in extra:
+            extra[name] = make()
+        return extra[name]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        if any(getattr(self, f.name) != getattr(other, f.name) for f in dataclasses.fields(self) if f.compare):
+            return False
+        return all(getattr(self, k) == getattr(other, k) for k in set(self.extra) | set(other.extra))
+
+    def sections(self) -> list[tuple[str, Any]]:
+        """(name, section) for every parameter section: this module's, then the declared types' own."""
+        out = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+               if f.name != "extra" and dataclasses.is_dataclass(getattr(self, f.name))]
+        return out + list(self.extra.items())
 
     @classmethod
     def auto(cls, **kw: Any) -> "SpecParams":
@@ -109,73 +171,46 @@ class SpecParams:
         return self.synth_len is not None or bool(self.synth_rates)
 
     def copy(self) -> "SpecParams":
+        def dup(v: Any) -> Any:
+            return dataclasses.replace(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v)
         return dataclasses.replace(
             self,
             types=list(self.types),
             synth_rates=list(self.synth_rates),
-            draft=dataclasses.replace(self.draft),
-            ngram_simple=dataclasses.replace(self.ngram_simple),
-            ngram_map_k=dataclasses.replace(self.ngram_map_k),
-            ngram_map_k4v=dataclasses.replace(self.ngram_map_k4v),
-            ngram_mod=dataclasses.replace(self.ngram_mod),
-            ngram_cache=dataclasses.replace(self.ngram_cache),
+            extra={k: dup(v) for k, v in self.extra.items()},
+            **{name: dup(v) for name, v in self.sections() if name not in self.extra},
         )
 
     def n_max_configured(self) -> int:
-        """``common_speculative_n_max(params)``: the largest draft any enabled type asks for."""
-        n = 0
-        types = list(self.types)
-        if SpecType.AUTO in types:
-            from .types import NGRAM_TYPES
-            types = list(NGRAM_TYPES) + ([SpecType.DRAFT_SIMPLE] if self.draft.model else [])
-        for t in types:
-            if t in (SpecType.DRAFT_SIMPLE, SpecType.DRAFT_EAGLE3, SpecType.DRAFT_MTP,
-                     SpecType.DRAFT_DFLASH, SpecType.DRAFT_DSPARK):
-                n = max(n, max(0, self.draft.n_max))
-            elif t is SpecType.NGRAM_SIMPLE:
-                n = max(n, self.ngram_simple.size_m)
-            elif t is SpecType.NGRAM_MAP_K:
-                n = max(n, self.ngram_map_k.size_m)
-            elif t is SpecType.NGRAM_MAP_K4V:
-                n = max(n, self.ngram_map_k4v.size_m)
-            elif t is SpecType.NGRAM_MOD:
-                n = max(n, max(0, self.ngram_mod.n_max))
-            elif t is SpecType.NGRAM_CACHE:
-                n = max(n, 8)
-        return n
+        """``common_speculative_n_max(params)``: the largest draft any enabled type asks for.
+
+        Each type's draft length is its descriptor's ``n_max``; under auto, the
+        types the settings alone make usable (the n-gram types, draft-simple
+        with a draft model set).
+        """
+        from .descriptor import descriptors, find
+        if SpecType.AUTO in self.types:
+            descs = [d for d in descriptors() if d.needs.from_params(self)]
+        else:
+            descs = [d for d in (find(t) for t in self.types) if d is not None]
+        return max([d.n_max(self) for d in descs if d.n_max is not None] + [0])
 
     def validate(self) -> None:
-        """Raise :class:`ParamError` for the first value llama.cpp would refuse."""
-        d = self.draft
-        if d.n_max < 0:
-            raise ParamError("draft.n_max", "must be >= 0")
-        if d.n_min < 0:
-            raise ParamError("draft.n_min", "must be >= 0")
-        if not (0.0 <= d.p_min <= 1.0) or math.isnan(d.p_min):
-            raise ParamError("draft.p_min", "must be within [0, 1]")
-        if not (0.0 <= d.p_split <= 1.0) or math.isnan(d.p_split):
-            raise ParamError("draft.p_split", "must be within [0, 1]")
-        for name in ("ngram_simple", "ngram_map_k", "ngram_map_k4v"):
-            m: NgramMapParams = getattr(self, name)
-            if not 1 <= m.size_n <= 1024:
-                raise ParamError(f"{name}.size_n", "must be between 1 and 1024 inclusive")
-            if not 1 <= m.size_m <= 1024:
-                raise ParamError(f"{name}.size_m", "must be between 1 and 1024 inclusive")
-            if m.min_hits < 1:
-                raise ParamError(f"{name}.min_hits", "must be at least 1")
-        mod = self.ngram_mod
-        if not 1 <= mod.n_match <= 1024:
-            raise ParamError("ngram_mod.n_match", "must be between 1 and 1024 inclusive")
-        if not 0 <= mod.n_min <= 1024:
-            raise ParamError("ngram_mod.n_min", "must be between 0 and 1024 inclusive")
-        if not 0 <= mod.n_max <= 1024:
-            raise ParamError("ngram_mod.n_max", "must be between 0 and 1024 inclusive")
+        """Raise :class:`ParamError` for the first value llama.cpp would refuse.
+
+        Each section with a ``check(name)`` method checks itself.
+        """
+        for name, section in self.sections():
+            check = getattr(section, "check", None)
+            if callable(check):
+                check(name)
         if self.synth_len is not None and self.synth_rates:
             raise ParamError("synth", "synthetic acceptance length and rates are mutually exclusive")
 
     # -- (de)serialisation for config.toml -------------------------------
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        out.update(out.pop("extra"))
         out["types"] = [t.value for t in self.types]
         # TOML has no null: drop Nones.
         def strip(x: Any) -> Any:

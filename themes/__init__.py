@@ -16,6 +16,11 @@ type, used to colour the tokens that type drafted and the model accepted::
     "ngram-mod" = "#e0af68"
     "ngram-simple" = "bold #000000 on #00ffff"
 
+The ``[draft]`` keys are the speculator types' theme slots (each type's
+descriptor names its slot, by default its name: :mod:`speculators.descriptor`);
+adding a type adds its colour to each theme file. A type a theme has no
+colour for takes its descriptor's ``color``, else the theme's accent colour.
+
 User themes live in ``paths.user_themes_dir()`` (``<config dir>/themes``).
 A broken user theme is reported (see :func:`load_all`) and skipped; a
 type missing from a user theme takes the colour of the built-in theme of
@@ -47,7 +52,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from speculators.types import PRIORITY
+from speculators import descriptor as _descriptor
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 BUILTIN_ORDER = ("dark", "light", "high-contrast")
@@ -55,7 +60,21 @@ DEFAULT_THEME = "dark"
 
 COLOR_KEYS = ("primary", "secondary", "accent", "foreground", "background", "surface", "panel",
               "boost", "success", "warning", "error")
-SPEC_NAMES = tuple(t.value for t in PRIORITY)
+
+
+def __getattr__(name: str) -> Any:
+    # SPEC_NAMES: the speculator types' names in priority order, SPEC_SLOTS: their theme slots
+    # (what a theme's [draft] names); both live, as the declared types are
+    if name == "SPEC_NAMES":
+        return tuple(d.name for d in _descriptor.descriptors())
+    if name == "SPEC_SLOTS":
+        return spec_slots()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def spec_slots() -> tuple[str, ...]:
+    """The theme slots of the declared types, in priority order (the keys a theme's ``[draft]`` may have)."""
+    return tuple(dict.fromkeys(d.slot for d in _descriptor.descriptors()))
 
 _HEX = re.compile(r"^#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -93,7 +112,15 @@ class ThemeData:
     source: str = "built-in"
 
     def draft_style(self, spec_type: str) -> DraftStyle:
-        return self.draft.get(spec_type) or DraftStyle(fg=self.colors.get("accent") or "#ffaf00")
+        """The style of the tokens ``spec_type`` drafted: the theme's for its slot, else its
+        descriptor's colour, else the theme's accent colour."""
+        d = _descriptor.find(spec_type)
+        style = self.draft.get(d.slot if d is not None else str(spec_type))
+        if style is not None:
+            return style
+        if d is not None and d.color:
+            return DraftStyle(fg=d.color)
+        return DraftStyle(fg=self.colors.get("accent") or "#ffaf00")
 
 
 def _norm_hex(value: str, where: str) -> str:
@@ -158,12 +185,13 @@ def parse_theme(data: dict[str, Any], source: str = "built-in",
     if not isinstance(draft_in, dict):
         raise ThemeError("[draft] must be a table")
     draft: dict[str, DraftStyle] = {}
+    slots = spec_slots()
     for k, v in draft_in.items():
-        if k not in SPEC_NAMES:
-            raise ThemeError(f"draft.{k}: unknown speculator type (known: {', '.join(SPEC_NAMES)})")
+        if k not in slots:
+            raise ThemeError(f"draft.{k}: unknown speculator type (known: {', '.join(slots)})")
         draft[k] = parse_draft_style(v, f"draft.{k}")
     if fallback is not None:
-        for k in SPEC_NAMES:
+        for k in slots:
             if k not in draft and k in fallback.draft:
                 draft[k] = fallback.draft[k]
     return ThemeData(name=name, label=label, dark=dark, colors=colors, draft=draft, source=source)

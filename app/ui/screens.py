@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,7 +22,8 @@ from textual.widgets.option_list import Option
 
 from speculators.params import ParamError, SpecParams
 from speculators.sampling import SamplingParams
-from speculators.types import HIDDEN_STATE_TYPES, PRIORITY, SpecType
+from speculators.descriptor import Have, descriptors
+from speculators.types import HIDDEN_STATE_TYPES, PRIORITY, LiveMapping, SpecType
 
 from ..config import default_sampling
 from ..options import ModelOptions
@@ -369,44 +370,19 @@ class ChatsScreen(ModalScreen[ChatsResult | None]):
 # settings
 # ---------------------------------------------------------------------------
 
-SPEC_INFO: dict[SpecType, str] = {
-    SpecType.NGRAM_SIMPLE: "repeats what followed the last n-gram",
-    SpecType.NGRAM_MAP_K: "map from n-gram to its continuation",
-    SpecType.NGRAM_MAP_K4V: "n-gram map with up to 4 continuations",
-    SpecType.NGRAM_MOD: "hashed n-gram pool shared across replies",
-    SpecType.NGRAM_CACHE: "lookup caches: a static and a dynamic file",
-    SpecType.DRAFT_SIMPLE: "a small draft model, same vocabulary",
-    SpecType.DRAFT_EAGLE3: "EAGLE-3 drafter on the hidden states",
-    SpecType.DRAFT_MTP: "the model's multi-token-prediction heads",
-    SpecType.DRAFT_DFLASH: "DFlash block drafter",
-    SpecType.DRAFT_DSPARK: "DSpark drafter",
-}
+#: each type's one line (its descriptor's ``info``), in priority order
+SPEC_INFO: Mapping[SpecType, str] = LiveMapping(lambda: {d.type: d.info for d in descriptors()})
 
 #: (key, label, kind) — key is "section.name" of SpecParams / "sampling.x" / "model.x"
 Field = tuple[str, str, str]
 
-SPEC_FIELDS: dict[SpecType, list[Field]] = {
-    SpecType.NGRAM_SIMPLE: [("ngram_simple.size_n", "lookup n-gram size", "int"),
-                            ("ngram_simple.size_m", "draft m-gram size", "int"),
-                            ("ngram_simple.min_hits", "min hits", "int")],
-    SpecType.NGRAM_MAP_K: [("ngram_map_k.size_n", "lookup n-gram size", "int"),
-                           ("ngram_map_k.size_m", "draft m-gram size", "int"),
-                           ("ngram_map_k.min_hits", "min hits", "int")],
-    SpecType.NGRAM_MAP_K4V: [("ngram_map_k4v.size_n", "lookup n-gram size", "int"),
-                             ("ngram_map_k4v.size_m", "draft m-gram size", "int"),
-                             ("ngram_map_k4v.min_hits", "min hits", "int")],
-    SpecType.NGRAM_MOD: [("ngram_mod.n_match", "match length", "int"),
-                         ("ngram_mod.n_min", "min draft", "int"),
-                         ("ngram_mod.n_max", "max draft", "int")],
-    SpecType.NGRAM_CACHE: [("ngram_cache.lookup_cache_static", "static cache file", "path"),
-                           ("ngram_cache.lookup_cache_dynamic", "dynamic cache file", "path")],
-    SpecType.DRAFT_SIMPLE: [("draft.model", "draft model", "path"),
-                            ("draft.n_max", "max draft tokens", "int"),
-                            ("draft.n_min", "min draft tokens", "int"),
-                            ("draft.p_min", "min probability", "float"),
-                            ("draft.n_gpu_layers", "draft GPU layers", "ngl"),
-                            ("draft.device", "draft devices", "str")],
-}
+#: each type's fields (its descriptor's ``fields``), for the types that have some
+SPEC_FIELDS: Mapping[SpecType, list[Field]] = LiveMapping(
+    lambda: {d.type: [(f.key, f.label, f.kind) for f in d.fields] for d in descriptors() if d.fields})
+
+#: the spec fields' own hints (the others say their default)
+_SPEC_HINTS: Mapping[str, str] = LiveMapping(
+    lambda: {f.key: f.hint for d in descriptors() for f in d.fields if f.hint})
 
 SAMPLING_FIELDS: list[Field] = [
     ("sampling.temperature", "temperature", "float"),
@@ -517,14 +493,10 @@ def _hint(key: str, kind: str) -> str:
         d = _get(_DEFAULT_SPEC, key)
     if kind == "seed":
         return "empty: random"
-    if key == "draft.device":
-        return "empty: as the model's · none: CPU only"
-    if key == "draft.n_gpu_layers":
-        return "auto, all or a number (-ngld)"
+    if key in _SPEC_HINTS:
+        return _SPEC_HINTS[key]
     if kind == "path":
-        return {"draft.model": "a GGUF with the target's vocabulary",
-                "ngram_cache.lookup_cache_static": "optional, must exist",
-                "ngram_cache.lookup_cache_dynamic": "optional; learns as you chat"}.get(key, "optional")
+        return "optional"
     return f"default {_fmt(d, kind)}"
 
 
@@ -557,36 +529,29 @@ def registered_types() -> set[str]:
     return {t.value for t in implemented_types()}
 
 
-_DRAFTER_LABEL = {SpecType.DRAFT_EAGLE3: "EAGLE3", SpecType.DRAFT_DFLASH: "DFlash",
-                  SpecType.DRAFT_DSPARK: "DSpark"}
+#: how the settings pane names the drafter a type needs (its descriptor's ``drafter_label``)
+_DRAFTER_LABEL: Mapping[SpecType, str] = LiveMapping(
+    lambda: {d.type: d.drafter_label for d in descriptors() if d.drafter_label})
 
 
 def availability(engine: Any, draft_model: str | None) -> dict[str, str | None]:
-    """For each type, why it cannot be used now (None: it can)."""
+    """For each type, why it cannot be used now (None: it can): what its descriptor needs."""
     skipped = dict(getattr(getattr(engine, "chain", None), "skipped", {}) or {})
     impl = registered_types()
     arch, drafter_types = gguf_kind(draft_model) if draft_model and Path(draft_model).is_file() else (None, [])
+    target_path = getattr(getattr(engine, "model", None), "path", None)
+    have = Have(target_types=frozenset(gguf_kind(target_path)[1]), draft_model=draft_model or None,
+                draft_arch=arch, draft_types=frozenset(drafter_types))
     out: dict[str, str | None] = {}
-    for t in PRIORITY:
+    for d in descriptors():
         reason: str | None = None
-        if impl is not None and t.value not in impl:
+        if impl is not None and d.name not in impl:
             reason = "not implemented in this version of draftlight"
-        elif t is SpecType.DRAFT_SIMPLE and not draft_model:
-            reason = "needs a draft model: set its path below"
-        elif t is SpecType.DRAFT_MTP and not model_has_mtp(engine) and \
-                SpecType.DRAFT_MTP.value not in drafter_types:
-            reason = "needs a model with MTP heads; this model has none"
-        elif t in _DRAFTER_LABEL:
-            label = _DRAFTER_LABEL[t]
-            ok = (arch or "").lower() == "eagle3" if t is SpecType.DRAFT_EAGLE3 else t.value in drafter_types
-            article = "an" if label[:1].upper() in "AEIOU" else "a"   # an EAGLE3, a DFlash, a DSpark
-            if not draft_model:
-                reason = f"needs {article} {label} drafter: set the draft model under draft-simple"
-            elif not ok:
-                reason = f"needs {article} {label} drafter; the draft model is not one"
-        if reason is None and t.value in skipped:
-            reason = skipped[t.value]
-        out[t.value] = reason
+        else:
+            reason = d.needs.missing(d, have)
+        if reason is None and d.name in skipped:
+            reason = skipped[d.name]
+        out[d.name] = reason
     return out
 
 
