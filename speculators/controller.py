@@ -66,11 +66,15 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from .base import DraftRequest, Speculator
-from .costcurve import CostCurve
+from .costcurve import CostCurve, mark_stale
 from .types import MODEL_TYPES
 
 #: positions tracked separately; deeper positions share the last one
 TRACK = 32
+#: one-token steps timed before a cached cost curve is checked against them, and how much
+#: slower its one-token time may be before it counts as measured under load
+STALE_CHECK_STEPS = 24
+STALE_FACTOR = 1.5
 
 #: why a step was or was not drafted (keys of :attr:`ControllerStats.reasons`)
 REASONS: dict[str, str] = {
@@ -366,6 +370,9 @@ class CostModel:
         self._rel_dirty = True
         #: bumped whenever rel() changes
         self.version = 0
+        #: one-token steps timed, and whether the curve was found measured under load
+        self._n_t1 = 0
+        self.stale = False
         #: what model drafters were measured to cost on this device (per drafter: ``t_call``,
         #: ``u``, ``hopeless``), so that a rebuilt chain starts from it instead of paying for
         #: probes and upkeep again to learn it
@@ -418,6 +425,16 @@ class CostModel:
         self._rel_dirty = False
         self.version += 1
 
+    def _check_stale(self) -> None:
+        """A curve whose one-token time is well above the steps timed now was measured while
+        something else held the machine: have it measured again at the next load."""
+        c = self.curve
+        if self.stale or not c.t1_s or self._t1 is None or not c.cache_path:
+            return
+        if c.t1_s > STALE_FACTOR * self._t1:
+            self.stale = True
+            mark_stale(c.cache_path, self._t1)
+
     @property
     def t1_s(self) -> float:
         """Seconds of a one-token step (observed, else measured, else a guess)."""
@@ -441,6 +458,9 @@ class CostModel:
             else:
                 x = min(max(seconds, 0.5 * self._t1), 2.0 * self._t1)
                 self._t1 += self.params.cost_alpha * (x - self._t1)
+            self._n_t1 += 1
+            if self._n_t1 == STALE_CHECK_STEPS:
+                self._check_stale()
         line = self._online_line()
         if line is not None:
             pred = line[0] + line[1] * n_draft

@@ -5,14 +5,19 @@ verify batch it needs. How much wider costs depends on the model, the
 device and the thread count, so the curve is measured, once, on the real
 context: batches of 2, 3, 4, ... tokens are decoded after a short prefix
 (with logits for every row, and every row sampled, as a verify step does),
-each right after a one-token batch; the median of a few such paired
-ratios counts, so a busy machine moves it little. ``rel(n)`` is the time
+each right after a one-token batch, over a few rounds; the fastest time
+seen for each width counts (a busy machine's stalls only ever add time,
+so the fastest run is the one it disturbed least). ``rel(n)`` is the time
 of a batch of ``n + 1`` tokens over the time of one token
 (``rel(0) == 1``).
 
 The measurement is kept in a small JSON file per model file (path, size,
 modification time), device/backend, thread count and GPU layers, so later
-starts reuse it. A file that is corrupt, from an older format or about
+starts reuse it. A curve measured while something else held the machine
+shows it later: its one-token time is well above the one-token steps the
+engine then times (:meth:`speculators.controller.CostModel.observe`); the
+file is then marked stale (:func:`mark_stale`) and measured again at the
+next load. A file that is corrupt, from an older format or about
 another model is measured again and overwritten (atomically); nothing
 here ever stops a model from loading.
 
@@ -35,7 +40,7 @@ from .ngram_cache import atomic_write
 FORMAT = 1
 #: the batch sizes (draft lengths n; batches of n + 1) measured at load
 MEASURE_LENGTHS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-#: rounds per size (the median ratio counts); rounds after the second stop once the budget is spent
+#: rounds per size (the fastest time counts); rounds after the second stop once the budget is spent
 MEASURE_ROUNDS = 5
 MEASURE_BUDGET_S = 1.5
 _PREFIX_TEXT = ("The lighthouse keeper climbed the steps every evening and wrote down the weather, "
@@ -54,6 +59,8 @@ class CostCurve:
     source: str = "given"
     #: how long the measurement took (s); 0 when read from the cache
     measure_s: float = 0.0
+    #: the cache file it was read from or saved to (None: not cached)
+    cache_path: str | None = field(default=None, repr=False, compare=False)
     _xs: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -109,11 +116,12 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
             sample=None, budget_s: float = MEASURE_BUDGET_S) -> CostCurve:
     """Time verify batches on ``ctx`` (its KV cache is cleared afterwards).
 
-    Each wider batch is timed right after a one-token batch and the two
-    times are divided: a ratio taken back to back is little moved by the
-    rest of a busy machine, and the median of the rounds' ratios counts.
-    ``sample(ctx, i)`` samples output row ``i`` (default: numpy argmax, as
-    greedy verification does).
+    Each wider batch is timed right after a one-token batch, in rounds; a
+    width's cost is its fastest time over the fastest one-token time. What
+    else runs on the machine only ever adds time, so the fastest of a few
+    runs is the one it disturbed least (a median of paired ratios moved
+    with every round a burst hit). ``sample(ctx, i)`` samples output row
+    ``i`` (default: numpy argmax, as greedy verification does).
     """
     import numpy as np
 
@@ -141,7 +149,7 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
             ctx.decode(prefix, 0, logits="last")
         return dt
 
-    ratios: dict[int, list[float]] = {n: [] for n in lengths}
+    times: dict[int, list[float]] = {n: [] for n in lengths}
     ones: list[float] = []
     ctx.clear()
     ctx.decode(prefix, 0, logits="last")
@@ -151,14 +159,12 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
             if r > 1 and time.perf_counter() - t_start > budget_s:
                 break
             for n in lengths:
-                t1 = timed(0)
-                tn = timed(n)
-                ones.append(t1)
-                ratios[n].append(tn / t1 if t1 > 0 else 1.0)
+                ones.append(timed(0))
+                times[n].append(timed(n))
     finally:
         ctx.clear()
-    points = {0: 1.0, **{n: float(np.median(v)) for n, v in ratios.items() if v}}
-    t1 = float(np.median(ones)) if ones else None
+    t1 = min(ones) if ones else None
+    points = {0: 1.0, **{n: min(v) / t1 for n, v in times.items() if v and t1}}
     return CostCurve(clean_points(points), t1, "measured", time.perf_counter() - t_start)
 
 
@@ -211,14 +217,30 @@ def load_cached(path: str, key: dict[str, Any]) -> CostCurve | None:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        if not isinstance(data, dict) or data.get("key") != key:
+        if not isinstance(data, dict) or data.get("key") != key or data.get("stale"):
             return None
         curve = CostCurve.from_dict(data["curve"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     curve.source = "cached"
     curve.measure_s = 0.0
+    curve.cache_path = path
     return curve
+
+
+def mark_stale(path: str, observed_t1_s: float) -> bool:
+    """Mark a cached curve to be measured again at the next load (atomically; the file is kept,
+    with the one-token time that showed it wrong). False when it cannot be written."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            return False
+        data["stale"] = {"observed_t1_s": observed_t1_s, "at": time.time()}
+        atomic_write(path, json.dumps(data, indent=1).encode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def save_cached(path: str, key: dict[str, Any], curve: CostCurve) -> bool:
@@ -248,6 +270,6 @@ def curve_for(ctx, model, model_path: str, n_threads: int | None, n_gpu_layers: 
             if cached is not None:
                 return cached
     curve = measure(ctx, model)
-    if path is not None and key is not None:
-        save_cached(path, key, curve)
+    if path is not None and key is not None and save_cached(path, key, curve):
+        curve.cache_path = path
     return curve

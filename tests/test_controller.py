@@ -18,8 +18,8 @@ import pytest
 
 from speculators.base import DraftRequest, Speculator
 from speculators.chain import SpeculatorChain
-from speculators.controller import Controller, ControllerParams, ControllerStats
-from speculators.costcurve import CostCurve, cache_file, curve_for, device_key, load_cached
+from speculators.controller import STALE_CHECK_STEPS, Controller, ControllerParams, ControllerStats, CostModel
+from speculators.costcurve import CostCurve, cache_file, curve_for, device_key, load_cached, mark_stale, measure
 from speculators.types import SpecType
 
 TEXT = list(range(1000, 9000))
@@ -344,6 +344,61 @@ def test_a_foreign_or_stale_cost_cache_file_is_measured_again(tmp_path, fake_mod
     with open(path, "w") as f:
         json.dump({"key": key, "curve": {"points": {"0": 1.0, "1": -3}}}, f)
     assert load_cached(path, key) is None
+
+
+class ClockCtx(FakeCtx):
+    """Decodes that take a set time (a clock the test advances: no sleeping), where a busy
+    machine's bursts make most runs slower, in every round."""
+
+    def __init__(self, clock, burst):
+        super().__init__()
+        self.clock = clock
+        self.burst = burst
+
+    def decode(self, tokens, pos0, logits="last"):
+        self.decodes += 1
+        t = 0.010 * (1.0 + 0.05 * (len(tokens) - 1))      # the true curve: c(n) = 1 + 0.05 n
+        self.clock[0] += t * self.burst(self.decodes)
+
+
+def test_the_curve_measured_on_a_busy_machine_is_its_quiet_curve(monkeypatch):
+    """Bursts that slow two runs in three (either side of a pair) leave the fastest runs as they
+    are: the curve comes out as the machine's own (the median of paired ratios did not)."""
+    import speculators.costcurve as cc
+    clock = [0.0]
+    monkeypatch.setattr(cc.time, "perf_counter", lambda: clock[0])
+    ctx = ClockCtx(clock, lambda i: 1.0 if i % 3 == 0 else 1.0 + (i % 7))
+    c = measure(ctx, FakeModel(), lengths=(0, 1, 4, 16), rounds=9, budget_s=1e9)
+    assert c.t1_s == pytest.approx(0.010)
+    for n in (1, 4, 16):
+        assert c.rel(n) == pytest.approx(1.0 + 0.05 * n, rel=1e-6)
+
+
+def test_a_curve_measured_under_load_is_measured_again_at_the_next_load(tmp_path, fake_model_file):
+    """Its one-token time is well above the one-token steps timed later: the cache file is marked
+    stale (kept, not deleted) and the next load measures again; a curve that agrees stays."""
+    cache = tmp_path / "cache"
+    key = device_key(fake_model_file, 2, 0)
+    path = cache_file(cache, key)
+    os.makedirs(cache)
+    for t1, stale in ((0.030, True), (0.012, False)):
+        with open(path, "w") as f:
+            json.dump({"key": key, "curve": {"points": {"0": 1.0, "1": 2.0}, "t1_s": t1}}, f)
+        curve = load_cached(path, key)
+        assert curve is not None and curve.cache_path == path
+        cm = CostModel(curve)
+        for _ in range(STALE_CHECK_STEPS):
+            cm.observe(0, 0.010)
+        assert cm.stale is stale
+        assert (load_cached(path, key) is None) is stale
+        with open(path) as f:
+            data = json.load(f)
+        assert data["key"] == key and ("stale" in data) is stale
+    # a stale file is measured again, and the new curve replaces it
+    assert mark_stale(path, 0.010) and load_cached(path, key) is None
+    c = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, cache)
+    assert c.source == "measured" and c.cache_path == path
+    assert load_cached(path, key) is not None
 
 
 def test_an_unusable_cache_folder_never_stops_loading(tmp_path, fake_model_file):
