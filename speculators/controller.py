@@ -71,8 +71,8 @@ from .types import MODEL_TYPES
 
 #: positions tracked separately; deeper positions share the last one
 TRACK = 32
-#: one-token steps timed before a cached cost curve is checked against them, and how much
-#: slower its one-token time may be before it counts as measured under load
+#: steps timed before a cached cost curve is checked against them, and how much slower its
+#: one-token time may be before it counts as measured under load
 STALE_CHECK_STEPS = 24
 STALE_FACTOR = 1.5
 
@@ -364,14 +364,17 @@ class CostModel:
         self.params = params or ControllerParams()
         # online estimate: one-token step time, decaying sums for a line t = a + b * n
         self._t1: float | None = None
+        #: one-token step time read from drafted steps (their time over c(k)), until a
+        #: one-token step is timed: where every step drafts, the measured t1 is all there is
+        #: otherwise, and a curve measured on a busy machine made drafting look cheap
+        self._t1_drafted: float | None = None
         self._reg = [0.0] * 5
         self._n_timed = 0
         self._rel: list[float] = []
         self._rel_dirty = True
         #: bumped whenever rel() changes
         self.version = 0
-        #: one-token steps timed, and whether the curve was found measured under load
-        self._n_t1 = 0
+        #: whether the curve was found measured under load (checked once, after a few steps)
         self.stale = False
         #: what model drafters were measured to cost on this device (per drafter: ``t_call``,
         #: ``u``, ``hopeless``), so that a rebuilt chain starts from it instead of paying for
@@ -429,17 +432,20 @@ class CostModel:
         """A curve whose one-token time is well above the steps timed now was measured while
         something else held the machine: have it measured again at the next load."""
         c = self.curve
-        if self.stale or not c.t1_s or self._t1 is None or not c.cache_path:
+        seen = self._t1 if self._t1 is not None else self._t1_drafted
+        if self.stale or not c.t1_s or seen is None or not c.cache_path:
             return
-        if c.t1_s > STALE_FACTOR * self._t1:
+        if c.t1_s > STALE_FACTOR * seen:
             self.stale = True
-            mark_stale(c.cache_path, self._t1)
+            mark_stale(c.cache_path, seen)
 
     @property
     def t1_s(self) -> float:
         """Seconds of a one-token step (observed, else measured, else a guess)."""
         if self._t1 is not None:
             return self._t1
+        if self._t1_drafted is not None:
+            return self._t1_drafted
         return self.curve.t1_s or 0.02
 
     def observe(self, n_draft: int, seconds: float) -> None:
@@ -458,9 +464,13 @@ class CostModel:
             else:
                 x = min(max(seconds, 0.5 * self._t1), 2.0 * self._t1)
                 self._t1 += self.params.cost_alpha * (x - self._t1)
-            self._n_t1 += 1
-            if self._n_t1 == STALE_CHECK_STEPS:
-                self._check_stale()
+        else:
+            x = seconds / max(self.rel(n_draft), 1.0)
+            if self._t1_drafted is None:
+                self._t1_drafted = x
+            else:
+                x = min(max(x, 0.5 * self._t1_drafted), 2.0 * self._t1_drafted)
+                self._t1_drafted += self.params.cost_alpha * (x - self._t1_drafted)
         line = self._online_line()
         if line is not None:
             pred = line[0] + line[1] * n_draft
@@ -470,6 +480,8 @@ class CostModel:
         x = float(n_draft)
         self._reg = [s0 + 1.0, sx + x, sy + seconds, sxx + x * x, sxy + x * seconds]
         self._n_timed += 1
+        if self._n_timed == STALE_CHECK_STEPS:
+            self._check_stale()
         if self._n_timed % 8 == 0:
             self._rel_dirty = True
 

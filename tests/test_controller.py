@@ -401,6 +401,30 @@ def test_a_curve_measured_under_load_is_measured_again_at_the_next_load(tmp_path
     assert load_cached(path, key) is not None
 
 
+def test_where_every_step_drafts_the_one_token_time_is_read_from_the_drafted_steps(tmp_path, fake_model_file):
+    """No one-token step is ever timed when every step drafts: the one-token time then comes from
+    the drafted steps (their time over c(k)), not from a curve measured while the machine was
+    busy (there, a drafter costing a tenth of a real step looked nearly free), and that curve is
+    marked stale."""
+    cache = tmp_path / "cache"
+    key = device_key(fake_model_file, 2, 0)
+    path = cache_file(cache, key)
+    os.makedirs(cache)
+    with open(path, "w") as f:
+        json.dump({"key": key, "curve": {"points": {"0": 1.0, "2": 1.2}, "t1_s": 0.150}}, f)
+    cm = CostModel(load_cached(path, key))
+    assert cm.t1_s == pytest.approx(0.150)
+    cm.observe(2, 0.016 * 1.2)
+    assert cm.t1_s == pytest.approx(0.016)
+    for _ in range(STALE_CHECK_STEPS):
+        cm.observe(2, 0.016 * 1.2)
+    assert cm.t1_s == pytest.approx(0.016, rel=0.05)
+    assert cm.stale and load_cached(path, key) is None
+    # a timed one-token step, when there is one, is what counts
+    cm.observe(0, 0.020)
+    assert cm.t1_s == pytest.approx(0.020)
+
+
 def test_an_unusable_cache_folder_never_stops_loading(tmp_path, fake_model_file):
     blocker = tmp_path / "file-not-folder"
     blocker.write_text("x")
