@@ -572,6 +572,7 @@ class Engine:
                     stats.controller = ctrl.snapshot() - base_ctrl_stats
                 yield StatsEvent(stats)
 
+        if finish in (STOP_EOG, STOP_LENGTH, STOP_STRING):
             self._save_prefix_ckpt()  # the next turn of a chat starts with this reply
         tail = reply.finish(finish)
         if tail:
