@@ -512,12 +512,12 @@ class Engine:
                     ckpt = self._step_ckpt = ctx.state_get(partial=partial, into=self._step_ckpt)
             batch = [id_last] + draft
             # the sampler as it was before the verify, for a restore (llama-server's smpl_save)
-            smpl_save = sampler_clone(sampler) if ckpt is not None and draft else None
+            smpl_save = sampler.save() if ckpt is not None and draft else None
             t_step = time.perf_counter()
             try:
                 ctx.decode(batch, n_past, logits="all" if draft else "last")
             except ContextFull:
-                sampler_drop(smpl_save)
+                Sampler.drop(smpl_save)
                 finish = STOP_CONTEXT
                 break
             chain.process(batch, n_past)
@@ -534,13 +534,13 @@ class Engine:
                 # restore the step's checkpoint; the accepted tokens are replayed next
                 ctx.state_set(ckpt, partial=partial)
                 ctx.seq_rm(n_past, -1)
-                sampler_restore(sampler, smpl_save)
+                sampler.restore(smpl_save)
                 self.kv_tokens = list(history)
                 if not is_replay:
                     replay_by, replay_n_draft = drafter, len(draft)
                 replay = ids
                 continue
-            sampler_drop(smpl_save)
+            Sampler.drop(smpl_save)
             n_acc = len(ids) - 1
             if draft:
                 chain.accept(n_acc)
@@ -756,31 +756,6 @@ class ReplyBuilder:
             elif self.tokens:
                 self.tokens[-1].text += tail
         return self._release()
-
-
-def sampler_clone(sampler: Sampler):
-    """A copy of the sampler's native chain (its RNG state too), or None when greedy.
-
-    :class:`~speculators.sampling.Sampler` has no clone of its own yet; this is llama-server's
-    ``common_sampler_clone`` before a verify that may be undone.
-    """
-    chain = getattr(sampler, "_chain", None)
-    return lc.llama_sampler_clone(chain) if chain is not None else None
-
-
-def sampler_restore(sampler: Sampler, saved) -> None:
-    """Put back what :func:`sampler_clone` copied (``common_sampler_copy``); ``saved`` is consumed."""
-    if saved is None:
-        return
-    old = sampler._chain
-    sampler._chain = saved
-    if old is not None:
-        lc.llama_sampler_free(old)
-
-
-def sampler_drop(saved) -> None:
-    if saved is not None:
-        lc.llama_sampler_free(saved)
 
 
 def _diff_stats(chain: SpeculatorChain, base) -> dict:

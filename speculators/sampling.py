@@ -109,6 +109,25 @@ class Sampler:
         out.append(self.sample(ctx, idxs[n]))
         return out
 
+    def save(self):
+        """A copy of the native chain (its RNG state too) to :meth:`restore` after a verify
+        that is undone (llama-server's ``common_sampler_clone``); None when greedy."""
+        return lc.llama_sampler_clone(self._chain) if self._chain is not None else None
+
+    def restore(self, saved) -> None:
+        """Back to what :meth:`save` copied (``saved`` is consumed)."""
+        if saved is None:
+            return
+        old, self._chain = self._chain, saved
+        if old is not None:
+            lc.llama_sampler_free(old)
+
+    @staticmethod
+    def drop(saved) -> None:
+        """Free a :meth:`save` copy that was not needed."""
+        if saved is not None:
+            lc.llama_sampler_free(saved)
+
     def close(self) -> None:
         if self._chain is not None:
             lc.llama_sampler_free(self._chain)
