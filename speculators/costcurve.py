@@ -5,9 +5,8 @@ verify batch it needs. How much wider costs depends on the model, the
 device and the thread count, so the curve is measured, once, on the real
 context: batches of 2, 3, 4, ... tokens are decoded after a short prefix
 (with logits for every row, and every row sampled, as a verify step does),
-each right after a one-token batch, over a few rounds; the fastest time
-seen for each width counts (a busy machine's stalls only ever add time,
-so the fastest run is the one it disturbed least). ``rel(n)`` is the time
+each right after a one-token batch; the median of a few such paired
+ratios counts, so a busy machine moves it little. ``rel(n)`` is the time
 of a batch of ``n + 1`` tokens over the time of one token
 (``rel(0) == 1``).
 
@@ -40,7 +39,7 @@ from .ngram_cache import atomic_write
 FORMAT = 1
 #: the batch sizes (draft lengths n; batches of n + 1) measured at load
 MEASURE_LENGTHS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-#: rounds per size (the fastest time counts); rounds after the second stop once the budget is spent
+#: rounds per size (the median ratio counts); rounds after the second stop once the budget is spent
 MEASURE_ROUNDS = 5
 MEASURE_BUDGET_S = 1.5
 _PREFIX_TEXT = ("The lighthouse keeper climbed the steps every evening and wrote down the weather, "
@@ -116,12 +115,11 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
             sample=None, budget_s: float = MEASURE_BUDGET_S) -> CostCurve:
     """Time verify batches on ``ctx`` (its KV cache is cleared afterwards).
 
-    Each wider batch is timed right after a one-token batch, in rounds; a
-    width's cost is its fastest time over the fastest one-token time. What
-    else runs on the machine only ever adds time, so the fastest of a few
-    runs is the one it disturbed least (a median of paired ratios moved
-    with every round a burst hit). ``sample(ctx, i)`` samples output row
-    ``i`` (default: numpy argmax, as greedy verification does).
+    Each wider batch is timed right after a one-token batch and the two
+    times are divided: a ratio taken back to back is little moved by the
+    rest of a busy machine, and the median of the rounds' ratios counts.
+    ``sample(ctx, i)`` samples output row ``i`` (default: numpy argmax, as
+    greedy verification does).
     """
     import numpy as np
 
@@ -149,7 +147,7 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
             ctx.decode(prefix, 0, logits="last")
         return dt
 
-    times: dict[int, list[float]] = {n: [] for n in lengths}
+    ratios: dict[int, list[float]] = {n: [] for n in lengths}
     ones: list[float] = []
     ctx.clear()
     ctx.decode(prefix, 0, logits="last")
@@ -159,12 +157,14 @@ def measure(ctx, model, lengths: tuple[int, ...] = MEASURE_LENGTHS, rounds: int 
             if r > 1 and time.perf_counter() - t_start > budget_s:
                 break
             for n in lengths:
-                ones.append(timed(0))
-                times[n].append(timed(n))
+                t1 = timed(0)
+                tn = timed(n)
+                ones.append(t1)
+                ratios[n].append(tn / t1 if t1 > 0 else 1.0)
     finally:
         ctx.clear()
-    t1 = min(ones) if ones else None
-    points = {0: 1.0, **{n: min(v) / t1 for n, v in times.items() if v and t1}}
+    points = {0: 1.0, **{n: float(np.median(v)) for n, v in ratios.items() if v}}
+    t1 = float(np.median(ones)) if ones else None
     return CostCurve(clean_points(points), t1, "measured", time.perf_counter() - t_start)
 
 

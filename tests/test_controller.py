@@ -19,7 +19,7 @@ import pytest
 from speculators.base import DraftRequest, Speculator
 from speculators.chain import SpeculatorChain
 from speculators.controller import STALE_CHECK_STEPS, Controller, ControllerParams, ControllerStats, CostModel
-from speculators.costcurve import CostCurve, cache_file, curve_for, device_key, load_cached, mark_stale, measure
+from speculators.costcurve import CostCurve, cache_file, curve_for, device_key, load_cached, mark_stale
 from speculators.types import SpecType
 
 TEXT = list(range(1000, 9000))
@@ -344,34 +344,6 @@ def test_a_foreign_or_stale_cost_cache_file_is_measured_again(tmp_path, fake_mod
     with open(path, "w") as f:
         json.dump({"key": key, "curve": {"points": {"0": 1.0, "1": -3}}}, f)
     assert load_cached(path, key) is None
-
-
-class ClockCtx(FakeCtx):
-    """Decodes that take a set time (a clock the test advances: no sleeping), where a busy
-    machine's bursts make most runs slower, in every round."""
-
-    def __init__(self, clock, burst):
-        super().__init__()
-        self.clock = clock
-        self.burst = burst
-
-    def decode(self, tokens, pos0, logits="last"):
-        self.decodes += 1
-        t = 0.010 * (1.0 + 0.05 * (len(tokens) - 1))      # the true curve: c(n) = 1 + 0.05 n
-        self.clock[0] += t * self.burst(self.decodes)
-
-
-def test_the_curve_measured_on_a_busy_machine_is_its_quiet_curve(monkeypatch):
-    """Bursts that slow two runs in three (either side of a pair) leave the fastest runs as they
-    are: the curve comes out as the machine's own (the median of paired ratios did not)."""
-    import speculators.costcurve as cc
-    clock = [0.0]
-    monkeypatch.setattr(cc.time, "perf_counter", lambda: clock[0])
-    ctx = ClockCtx(clock, lambda i: 1.0 if i % 3 == 0 else 1.0 + (i % 7))
-    c = measure(ctx, FakeModel(), lengths=(0, 1, 4, 16), rounds=9, budget_s=1e9)
-    assert c.t1_s == pytest.approx(0.010)
-    for n in (1, 4, 16):
-        assert c.rel(n) == pytest.approx(1.0 + 0.05 * n, rel=1e-6)
 
 
 def test_a_curve_measured_under_load_is_measured_again_at_the_next_load(tmp_path, fake_model_file):
