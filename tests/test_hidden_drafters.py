@@ -70,7 +70,7 @@ def test_the_chats_engine_on_a_hybrid_gets_the_load_plan_and_rolls_back_from_sna
         eng.ctx.state_get = lambda *a, **k: (calls.__setitem__("get", calls["get"] + 1), real_get(*a, **k))[1]
         eng.ctx.state_set = lambda *a, **k: (calls.__setitem__("set", calls["set"] + 1), real_set(*a, **k))[1]
         eng.config.reuse_prefix = False
-        drafted = accepted = 0
+        drafted = accepted = ck_drafted = ck_accepted = 0
         for text in MTP_PROMPTS:
             r = _run(eng, eng.model.tokenize(text))
             drafted, accepted = drafted + r.stats.n_drafted, accepted + r.stats.n_accepted
@@ -93,15 +93,19 @@ def test_mtp_on_a_hybrid_rolls_back_from_state_snapshots(qwen35_mtp_path, mtp_en
         eng.ctx.state_get = lambda *a, **k: (calls.__setitem__("get", calls["get"] + 1), real_get(*a, **k))[1]
         eng.ctx.state_set = lambda *a, **k: (calls.__setitem__("set", calls["set"] + 1), real_set(*a, **k))[1]
         mtp_engine.set_spec(_mtp_spec())
-        drafted = accepted = 0
+        drafted = accepted = ck_drafted = ck_accepted = 0
         for text in MTP_PROMPTS:
             toks = eng.model.tokenize(text)
             r = _run(eng, toks)
             r_ckpt = _run(mtp_engine, toks)
             assert r.tokens == r_ckpt.tokens, text
-            assert (r.stats.n_drafted, r.stats.n_accepted) == (r_ckpt.stats.n_drafted, r_ckpt.stats.n_accepted)
+            # the counts differ where the checkpointed path restored a step: llama-server replays
+            # the accepted tokens there as a draft of their own and counts them so (held against
+            # llama-server in tests/test_checkpoint_state.py); without a restore they agree
             drafted, accepted = drafted + r.stats.n_drafted, accepted + r.stats.n_accepted
+            ck_drafted, ck_accepted = ck_drafted + r_ckpt.stats.n_drafted, ck_accepted + r_ckpt.stats.n_accepted
         assert drafted > accepted > 0   # drafts were rolled back
+        assert ck_drafted > ck_accepted > 0
         assert calls == {"get": 0, "set": 0}
         # plain decoding keeps the reference's context (no snapshots)
         plain = Engine(str(qwen35_mtp_path), EngineConfig(n_ctx=512, n_batch=16, n_threads=1))
