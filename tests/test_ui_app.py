@@ -728,7 +728,7 @@ async def test_settings_offer_automatic_first_and_say_what_it_picked():
 
 
 async def test_where_the_model_takes_every_core_a_streaming_reply_paints_a_few_times_a_second():
-    """With the model's threads on every core the reply is painted at most 15 times a second
+    """With the model's threads on every core the reply is painted at most 10 times a second
     (tokens in between wait and come together), every token still arrives in order, and the
     footer ends with the final figures, not a late 'writing…'."""
     from types import SimpleNamespace
