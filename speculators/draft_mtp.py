@@ -13,7 +13,11 @@ rows shifted right by one and the last row of the previous batch
 then each drafted token with the MTP head's own ``h`` output (single head),
 re-decodes the whole draft under each head (chained heads, Step-3.5), or
 stays at ``pos0`` (shared-memory heads, Gemma 4 assistants); ``accept(n)``
-keeps the verify row ``n`` as the next ``pending_h``.
+keeps the verify row ``n`` as the next ``pending_h``. A batch that starts again where
+the last one started (the engine restored its step checkpoint and replays the accepted
+tokens and the target's own, before ``accept``) pairs its first token with the row
+before the last batch, not with ``pending_h`` (the undone verify's last row), and keeps
+the MTP cells of the tokens the two batches share.
 """
 
 from __future__ import annotations
@@ -102,7 +106,8 @@ class DraftMTP(_TargetFed):
         self.verify_pos0 = 0
         self.n_process_calls = 0
         self.n_draft_decodes = 0
-        #: target batches that were replays of an accepted prefix and needed no MTP decode
+        #: target batches that went back to the last batch's start (a restored step checkpoint's
+        #: replay) and kept the MTP cells of the tokens they share with it, decoding only the rest
         self.n_replays_skipped = 0
         #: (pos0, tokens, row before pos0) of the last target batch mirrored on the MTP context
         self._last_batch: tuple[int, list[int], np.ndarray] | None = None
@@ -116,35 +121,40 @@ class DraftMTP(_TargetFed):
         self.n_process_calls += 1
         h_tgt = _rows(self._get_nextn(self.tgt.ptr), n, self.n_embd)
         last = self._last_batch
-        replay = (last is not None and pos0 != self.pending_pos and pos0 == last[0]
-                  and n <= len(last[1]) and tokens == last[1][:n])
-        if replay and self.pending_pos == pos0 + n and (
-                self.is_mem_shared or self.ctx.pos_max() == pos0 + n - 1):
-            # The engine's checkpoint rollback re-decodes the accepted part of the last verify
-            # batch. The MTP cells of those positions were written by the verify with these very
-            # inputs and kept by accept(), which also took the pending row: nothing to redo, and
-            # the state is exactly what a target that drops a partial sequence would leave.
-            self.n_replays_skipped += 1
-            return
+        # The target went back to the start of the last batch: the engine restored the step's
+        # checkpoint after a partial rejection and now replays the accepted tokens and the
+        # target's own ([id_last] + accepted drafts + its token), before accept() is called. The
+        # history before pos0 is unchanged, so the row before the batch is the one the last batch
+        # had (not pending_h: that is the last row of the undone verify, at a rejected position).
+        rewound = last is not None and pos0 == last[0] and pos0 != self.pending_pos
         if not self.is_mem_shared:
-            if replay:
-                first_h = last[2]  # the row before the batch, as the verify had it
+            if rewound:
+                first_h = last[2]
             elif pos0 == self.pending_pos:
                 first_h = self.pending_h
             else:
                 first_h = np.zeros(self.n_embd, np.float32)
                 if pos0 != 0:
                     log.debug("draft-mtp: no hidden state for position %d; using zeros", pos0 - 1)
+            # MTP cells the last batch wrote with these very inputs (the same tokens after the
+            # same history, the same rows before them) are kept: only the rest is decoded
+            k = 0
+            if rewound:
+                prev = last[1]
+                m = min(n, len(prev), max(0, self.ctx.pos_max() - pos0 + 1))
+                while k < m and tokens[k] == prev[k]:
+                    k += 1
+                if k > 0:
+                    self.n_replays_skipped += 1
             self._last_batch = (pos0, list(tokens), first_h.copy())
             ctx = self.ctx
-            ctx.seq_rm(pos0, -1)  # drop the drafts (and anything past pos0) of the last round
+            ctx.seq_rm(pos0 + k, -1)  # drop the drafts (and anything past the kept cells)
             b = self.batch
-            start = 0
+            start = k
             while start < n:  # the target's chunk never exceeds n_batch, but be safe
                 m = min(n - start, b.n_max)
                 b.clear()
-                for k in range(m):
-                    j = start + k
+                for j in range(start, start + m):
                     b.add(tokens[j], pos0 + j, False, first_h if j == 0 else h_tgt[j - 1])
                 for head in range(self.n_mtp_layers):
                     if self.chain_heads:
@@ -157,12 +167,17 @@ class DraftMTP(_TargetFed):
                         ctx.seq_rm(pos0, -1)
                         log.warning("draft-mtp: llama_decode on the MTP context failed (%d)", rc)
                         self.pending_pos = -1
+                        self._last_batch = None
                         return
                     if not self.chain_heads:
                         break
                 if self.chain_heads:
                     self._set_offset(ctx.ptr, 0)
                 start += m
+        else:
+            if rewound:
+                self.n_replays_skipped += 1  # nothing of the MTP context to redo
+            self._last_batch = (pos0, list(tokens), np.zeros(0, np.float32))
         self.verify_h = np.array(h_tgt, dtype=np.float32, copy=True)
         self.verify_pos0 = pos0
         self.pending_h = self.verify_h[-1].copy()

@@ -9,8 +9,12 @@ prompts in ``n_batch`` chunks and calls ``chain.process`` once afterwards,
 when only the last chunk's outputs are left. So these drafters register a
 hook on the target :class:`~speculators.llama.Context` (``decode_hooks``)
 that runs after each chunk; their ``process()`` then has nothing left to do.
-The engine's checkpoint rollback re-decodes the accepted tokens, which runs
-the hook again with the same hidden states -- harmless and consistent.
+The engine's checkpoint rollback restores the target and re-decodes the
+accepted tokens (and the target's own) from the same start as the undone
+verify, before ``accept``: the hook runs again for positions the drafter has
+seen, so a drafter that pairs rows across batches must take the row before
+that start from the batch it saw there, not from the undone verify's end
+(draft-mtp's ``_last_batch``).
 
 The drafters live one module each, as vLLM lays out its spec-decode proposers:
 :mod:`speculators.draft_mtp`, :mod:`speculators.draft_eagle3` and
