@@ -72,7 +72,11 @@ def test_down_and_enter_send_a_starter_and_its_reply_finishes(tmux, tmp_path, de
     you = next(i for i, ln in enumerate(lines) if ln.strip() == "▌ You")
     assert lines[you + 1].strip() == f"▌ {wanted}", screen
     assert "↓ to pick one" not in screen                      # the welcome is gone
-    assert re.search(r"▌ \d+ tok · .*drafted \d+ · accepted \d+", screen), screen
+    # the reply finished (its footer). Whether Automatic drafts a 20-token copy depends on this
+    # machine's verify cost (a second verified row costs ~0.9 of a step here) and on timing, so
+    # one reply may stay plain; that the starters light up is held by tests/test_starters.py,
+    # over several replies through the real session
+    assert re.search(r"▌ \d+ tok · \d+(\.\d+)? tok/s", screen), screen
     # the prompt is empty: no key of the way there was typed into it
     assert prompt_line(screen).startswith(PLACEHOLDER), screen
     assert "™" not in screen
