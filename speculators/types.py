@@ -172,13 +172,7 @@ class _Cached:
             self._gen = gen
         return self._value
 
-
-class LiveTuple(_Cached, collections.abc.Sequence):
-    """A tuple computed from the declared types, recomputed after a declaration."""
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self._get()[i]
-
+    # what every live view reads straight from its current value
     def __len__(self) -> int:
         return len(self._get())
 
@@ -187,6 +181,16 @@ class LiveTuple(_Cached, collections.abc.Sequence):
 
     def __contains__(self, x: object) -> bool:
         return x in self._get()
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+class LiveTuple(_Cached, collections.abc.Sequence):
+    """A tuple computed from the declared types, recomputed after a declaration."""
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._get()[i]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (tuple, list, LiveTuple)):
@@ -201,9 +205,6 @@ class LiveTuple(_Cached, collections.abc.Sequence):
     def __radd__(self, other):
         return tuple(other) + self._get()
 
-    def __repr__(self) -> str:
-        return repr(self._get())
-
 
 class LiveSet(_Cached, collections.abc.Set):
     """A frozenset computed from the declared types, recomputed after a declaration."""
@@ -212,33 +213,12 @@ class LiveSet(_Cached, collections.abc.Set):
     def _from_iterable(cls, it):  # what ``|``, ``&``, ``-`` return
         return frozenset(it)
 
-    def __contains__(self, x: object) -> bool:
-        return x in self._get()
-
-    def __iter__(self) -> Iterator:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
-
 
 class LiveMapping(_Cached, collections.abc.Mapping):
     """A dict computed from the declared types, recomputed after a declaration."""
 
     def __getitem__(self, key):
         return self._get()[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
 
 
 def _descs():
