@@ -34,7 +34,7 @@ import pytest
 
 from tests.predictable_models import expected_text, write_bigram_qwen35_mtp, write_eagle3_predictor
 # resolved at import, before the tests' private XDG dirs are set (see test_native_llama_cpp)
-from tests.test_native_llama_cpp import BIN, HAVE, _free_port, cpu_flags
+from tests.test_native_llama_cpp import BIN, HAVE, _free_port, cpu_flags, wait_healthy
 
 #: drafters wrong on these symbols: their drafts are rejected there (partial acceptance)
 WRONG_SOME = "eknuz"
@@ -190,17 +190,7 @@ def _server_chat(target: Path, spec_type: str, turns, n_predict: int, extra=(), 
                                stdout=subprocess.DEVNULL, stderr=logf)
     out, hist = [], ""
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if srv.poll() is not None:
-                raise AssertionError(f"llama-server exited: {log.read_text()[-2000:]}")
-            try:
-                if b"ok" in urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read():
-                    break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        wait_healthy(srv, port, lambda: log.read_text()[-2000:])
         for t in turns:
             hist += t
             body = json.dumps({"prompt": hist, "n_predict": n_predict, "temperature": 0,

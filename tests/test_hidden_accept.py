@@ -274,10 +274,9 @@ def _native_session(model: Path, spec_type: str, prompts, extra) -> list[tuple]:
     cache on (each reuses the longest cached prefix, as the engine's reuse_prefix does)."""
     import json
     import subprocess
-    import time
     import urllib.request
 
-    from tests.test_native_llama_cpp import BIN, _free_port, cpu_flags
+    from tests.test_native_llama_cpp import BIN, _free_port, cpu_flags, wait_healthy
 
     port = _free_port()
     srv = subprocess.Popen([str(BIN / "llama-server"), "-m", str(model), "-t", "2", "-tb", "2", "-c", "1024",
@@ -286,17 +285,7 @@ def _native_session(model: Path, spec_type: str, prompts, extra) -> list[tuple]:
                            stderr=subprocess.PIPE)
     out = []
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if srv.poll() is not None:
-                raise AssertionError(f"llama-server exited: {srv.stderr.read().decode()[-2000:]}")
-            try:
-                if b"ok" in urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read():
-                    break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        wait_healthy(srv, port, lambda: srv.stderr.read().decode()[-2000:])
         for prompt in prompts:
             body = json.dumps({"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0,
                                "cache_prompt": True}).encode()

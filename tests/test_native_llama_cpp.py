@@ -119,6 +119,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(srv, port: int, log_tail, timeout: float = 120.0) -> None:
+    """Until llama-server (``srv``, on ``port``) answers /health; ``log_tail()`` says why it exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if srv.poll() is not None:
+            raise AssertionError(f"llama-server exited: {log_tail()}")
+        try:
+            if b"ok" in urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read():
+                return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
 def _native_completion(model: Path, spec_type: str, prompt: str, extra: list[str] = ()) -> dict:
     """One greedy /completion from a fresh llama-server (its caches never carry over)."""
     port = _free_port()
@@ -127,17 +142,7 @@ def _native_completion(model: Path, spec_type: str, prompt: str, extra: list[str
                             "-np", "1", "--no-webui", *cpu_flags(model), *extra], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if srv.poll() is not None:
-                raise AssertionError(f"llama-server exited: {srv.stderr.read().decode()[-2000:]}")
-            try:
-                if b"ok" in urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read():
-                    break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        wait_healthy(srv, port, lambda: srv.stderr.read().decode()[-2000:])
         body = json.dumps({"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0,
                            "cache_prompt": False}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body,
