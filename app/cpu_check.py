@@ -254,6 +254,8 @@ def apply(mode: str = "auto", model_path: str | None = None,
     from speculators.llama import set_extra_bufts
     d = decide(mode, model_path, progress)
     set_extra_bufts(d.mode)
+    if progress is not None and d.source in ("probed now", "probe failed"):
+        progress(0, 0, "load")      # the probe is over: what follows is the model's own load
     return d
 
 

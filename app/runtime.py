@@ -153,6 +153,8 @@ def draft_model_warning(spec: SpecParams | None, auto_plan) -> str | None:
 
 def stderr_progress(done: int, total: int, phase: str) -> None:
     """A one-line progress bar on stderr (for the first run's model assembly)."""
+    if phase == "load":
+        return                      # loading has no steps to count
     if phase == "probe":
         if not sys.stderr.isatty():
             return

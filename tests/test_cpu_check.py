@@ -165,7 +165,14 @@ def test_offloaded_layers_are_never_sent_to_the_cpu(default_model_path):
 
 @pytest.mark.slow
 def test_a_real_probe_on_this_machine_passes_and_is_cached(default_model_path):
-    d = cpu_check.decide("auto", str(default_model_path))
+    from speculators import llama as native
+    prev, phases = native.extra_bufts_mode(), []
+    try:
+        d = cpu_check.apply("auto", str(default_model_path), lambda done, total, phase: phases.append(phase))
+    finally:
+        native.set_extra_bufts(prev)
+    # the panel says what happens: the probe, then the model's own load (not "checking…" while it loads)
+    assert phases == ["probe", "load"], phases
     assert d.source == "probed now" and d.probe is not None
     # on this build and CPU the kernels either work or the probe died by a signal: never a Python error
     assert d.use or (d.probe.returncode or 0) < 0, d.probe

@@ -294,20 +294,28 @@ def test_the_first_run_shows_the_default_models_preparation_then_chats(tmux, tmp
     tmux.start([*draftlight_command(), "--spec-type", "none", "-t", "2", "-n", "8"], tmp_path / "pid")
     seen = tmux.wait_for(r"Preparing the default model \(first run\)", timeout=60)
     assert re.search(r"\d+%", seen), seen
-    states = set()
+    seq = ["100%" if "100%" in seen else "preparing"]       # the panel's states, in the order seen
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         s = tmux.screen()
+        state = None
         if "Preparing the default model" in s:
-            states.add("100%" if "100%" in s else "preparing")
-        if "Loading the model…" in s:
-            states.add("loading")
-        if re.search(r"ready\s*$", s, re.M):
+            state = "100%" if "100%" in s else "preparing"
+        elif "Checking once which llama.cpp CPU kernels" in s:
+            state = "probe"                  # the first run probes the CPU's extra kernel types
+        elif "Loading the model…" in s:
+            state = "loading"
+        elif re.search(r"ready\s*$", s, re.M):
             break
-        time.sleep(0.1)
+        if state and (not seq or seq[-1] != state):
+            seq.append(state)
+        time.sleep(0.05)
     else:
         raise AssertionError("not ready:\n" + tmux.screen())
-    assert "preparing" in states and "loading" in states, states
+    assert "preparing" in seq and "loading" in seq, seq
+    # after the probe the panel says the model loads (it once kept "Checking…" through the load)
+    assert "probe" not in seq or "loading" in seq[seq.index("probe"):], seq
+    print("panel states:", seq)
     tmux.keys("Hello", literal=True)
     tmux.keys("Enter")
     tmux.wait_reply_done()
