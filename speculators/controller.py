@@ -109,6 +109,10 @@ class ControllerParams:
     #: model drafters that could not pay even with every draft accepted (their drafting and
     #: upkeep cost more than a verify saves) are probed this rarely, to re-measure their cost
     probe_every_hopeless: int = 256
+    #: a model drafter not measured yet is priced from the sizes of its model and the target's
+    #: (decoding is mostly reading the weights) times this, on the optimistic side; one that
+    #: could not pay even so is not mirrored or asked until its hopeless probe
+    prior_optimism: float = 0.75
     #: refine the cost curve from the steps the engine times
     online_cost: bool = True
     #: weight of a new timing in the online cost estimate
@@ -241,6 +245,8 @@ class _SpecState:
         self.interval = 1
         self._pot_key: tuple | None = None
         self._pot: tuple[int, float] = (0, 0.0)
+        #: ``t_call`` is the size-based prior (the first measurement replaces it)
+        self.t_prior = False
 
 
 @dataclass
@@ -262,7 +268,7 @@ class Decision:
 
 _PER_SPEC_COUNTERS = ("verified", "skipped", "cut", "tokens_cut", "shadow", "probes", "calls", "calls_saved",
                       "upkeep_ms", "upkeep_paused_steps")
-_PER_SPEC_SNAPSHOT = ("accept_est", "gain_est", "active", "upkeep_est", "upkeep_on")
+_PER_SPEC_SNAPSHOT = ("accept_est", "gain_est", "active", "upkeep_est", "upkeep_on", "hopeless")
 
 
 @dataclass
@@ -347,6 +353,10 @@ class ControllerStats:
             pts = " ".join(f"{k}:{c[k]:.2f}" for k in (1, 2, 4, 8) if k < len(c))
             lines.append(f"verify cost ({self.cost_source or 'given'}) {pts}")
         for name, p in self.per_speculator.items():
+            if p.get("hopeless") and not p.get("verified"):
+                # costs more than it could ever save (measured, or known from its model's size)
+                lines.append(f"{name} too costly to pay here · used 0")
+                continue
             lines.append(f"{name} {'on' if p.get('active') else 'cold'} · acc {p.get('accept_est', 0) * 100:.0f}% · "
                          f"gain {p.get('gain_est', 0):.2f}× · used {int(p.get('verified', 0))}")
         return lines
@@ -534,10 +544,35 @@ class Controller:
                 # measured by an earlier chain of this engine: start from it
                 st.t_call, st.u_s, st.hopeless = mem.get("t_call"), mem.get("u_s"), bool(mem.get("hopeless"))
                 if st.hopeless:
-                    st.probe_every = self.params.probe_every_hopeless
-                    st.next_probe = st.probe_every
-                    self._set_upkeep(st, False)
+                    self._give_up(st)
+            else:
+                self._price_from_sizes(st)
         return st
+
+    def _give_up(self, st: _SpecState) -> None:
+        """Until its rare probe: not asked, not mirrored."""
+        st.hopeless = True
+        st.probe_every = self.params.probe_every_hopeless
+        st.next_probe = self.step + st.probe_every
+        self._set_upkeep(st, False)
+
+    def _price_from_sizes(self, st: _SpecState) -> None:
+        """A drafter whose model is about as large as the target's cannot pay: known before it
+        costs anything (a draft model mirrors the whole prompt before its first draft).
+
+        ``spec.cost_prior``: its model's size over the target's, where both are placed alike
+        (None: no prior, it is measured). Its drafted tokens are priced at that share of a
+        target step (times ``prior_optimism``), its upkeep at nothing: if it is hopeless even
+        so, it waits for its rare probe, where it is measured."""
+        prior = getattr(st.spec, "cost_prior", None)
+        if not prior or prior <= 0:
+            return
+        st.t_call = self.params.prior_optimism * float(prior) * self.t1_s
+        if self._is_hopeless(st):
+            st.t_prior = True
+            self._give_up(st)
+        else:
+            st.t_call = None        # it may pay: what it costs is measured
 
     @staticmethod
     def _cost_key(st: _SpecState) -> str:
@@ -683,8 +718,9 @@ class Controller:
             active = g_pot >= thr and st.model.n_observed > 0.0
             probe = False
             if st.expensive:
-                # a drafter's upkeep runs while it pays (and until it is measured)
-                self._set_upkeep(st, active or st.u_s is None)
+                # a drafter's upkeep runs while it pays (and until it is measured, unless it
+                # is hopeless from its size)
+                self._set_upkeep(st, active or (st.u_s is None and not st.hopeless))
                 if not st.upkeep_on:
                     per["upkeep_paused_steps"] += 1
                 if active:
@@ -714,7 +750,8 @@ class Controller:
             per["calls"] += 1
             if draft:
                 per_tok = dt / len(draft) if st.expensive else dt
-                st.t_call = per_tok if st.t_call is None else 0.8 * st.t_call + 0.2 * per_tok
+                st.t_call = per_tok if st.t_call is None or st.t_prior else 0.8 * st.t_call + 0.2 * per_tok
+                st.t_prior = False
                 n_got = min(len(draft), p.max_len)
                 if st.expensive and len(draft) >= n_ask:
                     # cut by the ask, not by the drafter: it might have drafted longer
@@ -889,6 +926,7 @@ class Controller:
             d["active"] = 1 if st.potential >= thr else 0
             d["upkeep_est"] = round(self._upkeep(st), 4)
             d["upkeep_on"] = 1 if st.upkeep_on else 0
+            d["hopeless"] = 1 if st.hopeless else 0
 
     def snapshot(self) -> ControllerStats:
         """A copy of the statistics with the current estimates (cheap enough for every stats event)."""

@@ -223,6 +223,9 @@ class DraftSimple(Speculator):
         self.n_catchup_tokens = 0
         #: the controller remembers what this drafter costs per draft model and thread count
         self.cost_key = f"draft-simple:{model.path}:{self.ctx.n_threads}"
+        #: a drafted token's cost as a share of a target step, from the models' sizes (see
+        #: :func:`size_prior`; None: measured only)
+        self.cost_prior: float | None = None
 
     # -- KV bookkeeping ------------------------------------------------------------
     def _sync(self, want: list[int]) -> bool:
@@ -456,6 +459,18 @@ declare(SpecDescriptor(
             Setting("draft.device", "draft devices", "str", "empty: as the model's · none: CPU only"))))
 
 
+def size_prior(target: Model, draft: Model) -> float | None:
+    """What a drafted token should cost, as a share of a target step, before it is measured:
+    the draft model's size over the target's, where both are placed alike (both on the CPU, or
+    both offloaded whole), since decoding one token is mostly reading the weights; None where
+    their placements differ (a draft on the GPU for a target on the CPU is far cheaper than its
+    size says)."""
+    if target.placement != draft.placement or target.placement == "split":
+        return None
+    t = target.size_bytes
+    return draft.size_bytes / t if t > 0 else None
+
+
 @register(SpecType.DRAFT_SIMPLE)
 def make_draft_simple(params: SpecParams, resources: dict) -> DraftSimple:
     """The chain's factory: load (or reuse) the draft model, check it, build the speculator.
@@ -486,8 +501,10 @@ def make_draft_simple(params: SpecParams, resources: dict) -> DraftSimple:
         n_ctx = d.n_ctx if d.n_ctx > 0 else (ectx.n_ctx if ectx is not None else int(resources.get("n_ctx") or 4096))
         n_batch = ectx.n_batch if ectx is not None else 512
         n_threads = d.n_threads if d.n_threads > 0 else (ectx.n_threads if ectx is not None else None)
-        return DraftSimple(params, draft_model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
+        spec = DraftSimple(params, draft_model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
                            owns_model=owned)
+        spec.cost_prior = size_prior(target, draft_model)
+        return spec
     except BaseException:
         if owned:
             release_draft_model(draft_model)

@@ -193,6 +193,8 @@ class Model:
         params.use_mmap = use_mmap
         #: where the offloaded layers go: ``--device`` names (None: every device, "none": the CPU only)
         self.devices = devices
+        #: the layers asked to go to the GPUs (-1: all)
+        self.n_gpu_layers = int(n_gpu_layers)
         keep = self._place(params, devices, split_mode, tensor_split, main_gpu)
         #: "on", "repack" or "off": the CPU's extra buffer types (None: the process-wide choice)
         self.extra_bufts_mode = _extra_bufts if use_extra_bufts is None else _mode(use_extra_bufts)
@@ -294,6 +296,17 @@ class Model:
     @property
     def size_bytes(self) -> int:
         return int(lc.llama_model_size(self.ptr))
+
+    @property
+    def placement(self) -> str:
+        """"cpu" (no layer offloaded), "offloaded" (every layer asked onto the devices) or
+        "split": what decides whether two models' sizes say which one decodes faster."""
+        if self.n_gpu_layers == 0 or self.devices == "none":
+            return "cpu"
+        from .devices import offload_devices
+        if not offload_devices():
+            return "cpu"
+        return "offloaded" if self.n_gpu_layers < 0 or self.n_gpu_layers > self.n_layer else "split"
 
     @property
     def suppress_tokens(self) -> np.ndarray | None:
