@@ -234,7 +234,7 @@ class _SpecState:
         #: verify-cost curve, i.e. ``u * c(k)`` for a batch of k + 1 (None: not measured yet).
         #: Pausable drafters (``set_upkeep``) stop paying it while they are not worth asking.
         self.u_s: float | None = None
-        self.pausable = callable(getattr(spec, "set_upkeep", None))
+        self.pausable = callable(getattr(spec, "set_upkeep", None)) and bool(getattr(spec, "can_pause", True))
         self.upkeep_on = True
         self._tp_snap: float | None = None
         #: the drafter cannot pay even at full acceptance (its costs alone exceed what it saves)

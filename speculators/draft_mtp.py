@@ -111,7 +111,89 @@ class DraftMTP(_TargetFed):
         self.n_replays_skipped = 0
         #: (pos0, tokens, row before pos0) of the last target batch mirrored on the MTP context
         self._last_batch: tuple[int, list[int], np.ndarray] | None = None
+        #: mirror every target batch on the MTP context (False: paused, see :meth:`set_upkeep`)
+        self.upkeep = True
+        #: while paused: the MTP inputs (token, row before it) of the positions from
+        #: ``_deferred_pos0`` on, which the MTP context does not hold yet
+        self._deferred: list[tuple[int, np.ndarray]] = []
+        self._deferred_pos0 = 0
+        #: catch-ups after a pause: how many, and the positions they decoded
+        self.n_catchups = 0
+        self.n_catchup_tokens = 0
         self._attach(target_ctx)
+
+    #: shared-memory heads keep no cells of their own: there is no mirroring to pause
+    @property
+    def can_pause(self) -> bool:
+        return not self.is_mem_shared
+
+    def set_upkeep(self, on: bool) -> None:
+        """Mirror the target's batches on the MTP context (True), or only keep what they would
+        decode (each position's token and the target's row before it) until the next draft or
+        until resumed, which decodes it in one batch: the same inputs, so the same MTP cells."""
+        on = bool(on) or self.is_mem_shared
+        if not on and self.upkeep:
+            self._deferred.clear()
+            self._deferred_pos0 = self.ctx.pos_max() + 1
+        self.upkeep = on
+
+    def _defer(self, tokens: list[int], pos0: int, first_h: np.ndarray, h_tgt: np.ndarray) -> None:
+        """Note a target batch's MTP inputs instead of decoding them."""
+        end = self._deferred_pos0 + len(self._deferred)
+        if pos0 < self._deferred_pos0:
+            # back into what the MTP context holds (a rejected draft, a restored checkpoint)
+            self.ctx.seq_rm(pos0, -1)
+            self._deferred.clear()
+            self._deferred_pos0 = pos0
+        elif pos0 > end:
+            # positions nobody told us about: the MTP context goes on without them
+            self._deferred.clear()
+            self._deferred_pos0 = pos0
+        else:
+            del self._deferred[pos0 - self._deferred_pos0:]
+        self._deferred.append((int(tokens[0]), first_h.copy()))
+        self._deferred.extend((int(t), h_tgt[j].copy()) for j, t in enumerate(tokens[1:]))
+
+    def _catch_up(self) -> bool:
+        """Decode what the pause deferred, in one batch (chunked at n_batch)."""
+        items, p0 = self._deferred, self._deferred_pos0
+        if not items:
+            return True
+        self._deferred = []
+        self._deferred_pos0 = p0 + len(items)
+        self.ctx.seq_rm(p0, -1)
+        self.n_catchups += 1
+        self.n_catchup_tokens += len(items)
+        return self._decode_inputs(items, p0)
+
+    def _decode_inputs(self, items: Sequence[tuple[int, np.ndarray]], p0: int) -> bool:
+        """Decode (token, row before it) pairs at positions p0.. on the MTP context (under
+        each head in turn where the heads are chained); False where a decode failed."""
+        ctx, b = self.ctx, self.batch
+        n = len(items)
+        start = 0
+        while start < n:
+            m = min(n - start, b.n_max)
+            b.clear()
+            for j in range(start, start + m):
+                b.add(items[j][0], p0 + j, False, items[j][1])
+            for head in range(self.n_mtp_layers):
+                if self.chain_heads:
+                    ctx.seq_rm(p0 + start, -1)
+                    self._set_offset(ctx.ptr, head)
+                rc = lc.llama_decode(ctx.ptr, b.b)
+                if rc != 0:
+                    if self.chain_heads:
+                        self._set_offset(ctx.ptr, 0)
+                    ctx.seq_rm(p0, -1)
+                    log.warning("draft-mtp: llama_decode on the MTP context failed (%d)", rc)
+                    return False
+                if not self.chain_heads:
+                    break
+            if self.chain_heads:
+                self._set_offset(ctx.ptr, 0)
+            start += m
+        return True
 
     # -- the target's batches ------------------------------------------------------------
     def _process(self, tokens: list[int], pos0: int) -> None:
@@ -136,44 +218,33 @@ class DraftMTP(_TargetFed):
                 first_h = np.zeros(self.n_embd, np.float32)
                 if pos0 != 0:
                     log.debug("draft-mtp: no hidden state for position %d; using zeros", pos0 - 1)
-            # MTP cells the last batch wrote with these very inputs (the same tokens after the
-            # same history, the same rows before them) are kept: only the rest is decoded
-            k = 0
-            if rewound:
-                prev = last[1]
-                m = min(n, len(prev), max(0, self.ctx.pos_max() - pos0 + 1))
-                while k < m and tokens[k] == prev[k]:
-                    k += 1
-                if k > 0:
-                    self.n_replays_skipped += 1
-            self._last_batch = (pos0, list(tokens), first_h.copy())
-            ctx = self.ctx
-            ctx.seq_rm(pos0 + k, -1)  # drop the drafts (and anything past the kept cells)
-            b = self.batch
-            start = k
-            while start < n:  # the target's chunk never exceeds n_batch, but be safe
-                m = min(n - start, b.n_max)
-                b.clear()
-                for j in range(start, start + m):
-                    b.add(tokens[j], pos0 + j, False, first_h if j == 0 else h_tgt[j - 1])
-                for head in range(self.n_mtp_layers):
-                    if self.chain_heads:
-                        ctx.seq_rm(pos0 + start, -1)
-                        self._set_offset(ctx.ptr, head)
-                    rc = lc.llama_decode(ctx.ptr, b.b)
-                    if rc != 0:
-                        if self.chain_heads:
-                            self._set_offset(ctx.ptr, 0)
-                        ctx.seq_rm(pos0, -1)
-                        log.warning("draft-mtp: llama_decode on the MTP context failed (%d)", rc)
-                        self.pending_pos = -1
-                        self._last_batch = None
-                        return
-                    if not self.chain_heads:
-                        break
-                if self.chain_heads:
-                    self._set_offset(ctx.ptr, 0)
-                start += m
+            if not self.upkeep or self._deferred:
+                # paused: only note what these positions would decode; resumed with a backlog:
+                # decode it and this batch together
+                self._last_batch = (pos0, list(tokens), first_h.copy())
+                self._defer(tokens, pos0, first_h, h_tgt)
+                if self.upkeep and not self._catch_up():
+                    self.pending_pos = -1
+                    self._last_batch = None
+                    return
+            else:
+                # MTP cells the last batch wrote with these very inputs (the same tokens after
+                # the same history, the same rows before them) are kept: only the rest is decoded
+                k = 0
+                if rewound:
+                    prev = last[1]
+                    m = min(n, len(prev), max(0, self.ctx.pos_max() - pos0 + 1))
+                    while k < m and tokens[k] == prev[k]:
+                        k += 1
+                    if k > 0:
+                        self.n_replays_skipped += 1
+                self._last_batch = (pos0, list(tokens), first_h.copy())
+                self.ctx.seq_rm(pos0 + k, -1)  # drop the drafts (and anything past the kept cells)
+                items = [(tokens[j], first_h if j == 0 else h_tgt[j - 1]) for j in range(k, n)]
+                if not self._decode_inputs(items, pos0 + k):
+                    self.pending_pos = -1
+                    self._last_batch = None
+                    return
         else:
             if rewound:
                 self.n_replays_skipped += 1  # nothing of the MTP context to redo
@@ -186,14 +257,29 @@ class DraftMTP(_TargetFed):
     # -- the speculator hooks ----------------------------------------------------------------
     def begin(self, prompt: Sequence[int]) -> None:
         n = len(prompt)
-        if n and not self.is_mem_shared and self.ctx.pos_max() < n - 1:
+        if not n or self.is_mem_shared:
+            return
+        # paused: what the MTP context lacks is kept to be caught up on
+        held = self._deferred_pos0 + len(self._deferred) if not self.upkeep or self._deferred \
+            else self.ctx.pos_max() + 1
+        if held < n:
             log.warning("draft-mtp: the MTP context holds positions up to %d of a %d-token prompt; "
-                        "drafts may degrade", self.ctx.pos_max(), n)
+                        "drafts may degrade", held - 1, n)
 
     def draft(self, req: DraftRequest) -> list[int]:
         pos0 = req.pos0
         if pos0 != self.pending_pos:
             return []  # not in step with the target (should not happen)
+        if self._deferred:
+            # asked while paused (a probe): decode what the pause deferred first, timed as the
+            # mirroring it stands for
+            import time
+            t0 = time.perf_counter()
+            try:
+                if not self._catch_up():
+                    return []
+            finally:
+                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
         ctx = self.ctx
         b = self.batch
         n_max = self.n_max_param if req.n_max < 0 else min(self.n_max_param, req.n_max)
@@ -254,6 +340,8 @@ class DraftMTP(_TargetFed):
             # drop the MTP cells of the rejected drafts, as EAGLE3 and DFlash drop theirs: the
             # next draft decodes at pending_pos, which must be the first free position
             self.ctx.seq_rm(self.pending_pos, -1)
+            if self._deferred:
+                del self._deferred[max(0, self.pending_pos - self._deferred_pos0):]
 
     def _output_keys(self) -> list:
         return ["nextn"]
