@@ -128,9 +128,6 @@ def load_chat_engine(model_options: ModelOptions, spec: SpecParams,
     return open_engine(model_options, spec, progress, build_chain=False, rpc_fallback=True)
 
 
-#: the types that draft from the configured draft model (``-md``)
-DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
-
 
 def draft_model_warning(spec: SpecParams | None, auto_plan) -> str | None:
     """Under Automatic, why the configured draft model is not used (None: it is, or none is set).
@@ -145,7 +142,9 @@ def draft_model_warning(spec: SpecParams | None, auto_plan) -> str | None:
     if not path or not spec.is_auto or not auto_plan:
         return None
     choices = {c.name: c for c in auto_plan}
-    if any(choices[t].used for t in DRAFT_MODEL_TYPES if t in choices):
+    from speculators.descriptor import draft_model_types
+    # the types that draft from the configured draft model (-md), from their descriptors
+    if any(choices[t.value].used for t in draft_model_types() if t.value in choices):
         return None
     why = choices["draft-simple"].reason if "draft-simple" in choices else "no drafter can use it"
     return f"the draft model {path} is not used: {why}; Automatic goes on without it"

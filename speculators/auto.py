@@ -76,9 +76,9 @@ def _types_in_gguf(path: str | None) -> tuple[list[SpecType], str | None]:
     return list(hit[0]), hit[1]
 
 
-def target_has_mtp(model_path: str | None) -> bool:
-    """Whether the target GGUF has MTP heads (``draft-mtp`` can draft from the target itself)."""
-    return SpecType.DRAFT_MTP in _types_in_gguf(model_path)[0]
+def target_types(model_path: str | None) -> list[SpecType]:
+    """The model-based types the target GGUF supports by itself (draft-mtp: its MTP heads)."""
+    return _types_in_gguf(model_path)[0]
 
 
 def auto_plan(params: SpecParams | None = None, model_path: str | None = None,

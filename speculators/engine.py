@@ -128,10 +128,14 @@ def load_plan(model_path: str, spec: SpecParams | None, load_mtp: bool | None = 
     if spec is None:
         return LoadPlan(bool(load_mtp), 0)
     if load_mtp is None:
-        load_mtp = SpecType.DRAFT_MTP in spec.types
+        # what the types' descriptors say the target must load; under auto, for the types the
+        # target's GGUF supports by itself (its MTP heads)
+        from .descriptor import load_needs
+        types = spec.types
         if spec.is_auto:
-            from .auto import target_has_mtp
-            load_mtp = target_has_mtp(model_path)
+            from .auto import target_types
+            types = target_types(model_path)
+        load_mtp = "mtp" in load_needs(types)
     hidden = any(t in HIDDEN_STATE_TYPES for t in spec.types)
     n_rs = spec.draft.n_max if (hidden or (spec.is_auto and load_mtp)) else 0
     return LoadPlan(bool(load_mtp), int(n_rs))

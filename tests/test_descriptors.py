@@ -305,11 +305,26 @@ def test_a_drafter_type_says_what_it_needs(tmp_path):
         assert "the draft model is not one" in screens.availability(None, str(drafter))["draft-eagle3"]
         # the engine's load plan (unchanged code) sizes its snapshots for a hidden-state type
         assert load_plan("any.gguf", SpecParams.from_types("draft-toy")).n_rs_seq == sp.draft.n_max
+        assert load_plan("any.gguf", SpecParams.from_types("draft-toy")).load_mtp is False
+        # Automatic uses the draft model through it: no "draft model not used" warning
+        from app.runtime import draft_model_warning
+        assert draft_model_warning(sp, auto_plan(sp, None)) is None
         chain = SpeculatorChain.from_params(SpecParams.from_types("draft-toy,ngram-mod"))
         assert chain.skipped == {"draft-toy": "no toy drafter is loaded"}
         chain.close()
     chain = SpeculatorChain.from_params(SpecParams.from_types("draft-simple"))   # and gone again
     assert "draft-toy" not in screens.availability(None, None) and chain.skipped["draft-simple"]
+    chain.close()
+
+
+def test_what_a_type_needs_loaded_comes_from_its_descriptor():
+    """A toy type whose descriptor says the target must load its MTP heads gets them loaded."""
+    from speculators.engine import load_plan
+    desc = SpecDescriptor(name="draft-toymtp", rank=106, kind=HIDDEN, info="a toy MTP drafter",
+                          section="draft", load=frozenset({"mtp"}))
+    assert load_plan("any.gguf", SpecParams.from_types("ngram-mod")).load_mtp is False
+    with registered(desc, lambda params, resources: None):
+        assert load_plan("any.gguf", SpecParams.from_types("draft-toymtp")).load_mtp is True
 
 
 def test_a_declaration_is_checked():
