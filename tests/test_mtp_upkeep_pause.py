@@ -21,11 +21,11 @@ import pytest
 
 from speculators.controller import ControllerParams
 from speculators.costcurve import CostCurve
-from speculators.events import FinishEvent
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
 from tests.hidden_models import hidden_models_dir, qwen35_mtp_path  # noqa: F401 (fixtures)
 from tests.predictable_models import expected_text, write_bigram_qwen35_mtp
+from tests.stepping import generate_stepwise
 
 N_PREDICT = 64
 RESUME_AT = 24
@@ -38,21 +38,8 @@ def qwen35(tmp_path_factory) -> Path:
 
 
 def _run(eng, on_step=None):
-    steps = 0
-
-    def cancel():
-        nonlocal steps
-        steps += 1
-        if on_step is not None:
-            on_step(steps)
-        return False
-    res = None
-    for ev in eng.generate(eng.prompt_tokens(text=PROMPT, raw=True), max_tokens=N_PREDICT,
-                           sampling=SamplingParams(temperature=0.0), cancel=cancel):
-        if isinstance(ev, FinishEvent):
-            res = ev.result
-    assert res is not None
-    return res
+    return generate_stepwise(eng, eng.prompt_tokens(text=PROMPT, raw=True), N_PREDICT,
+                             SamplingParams(temperature=0.0), on_step)
 
 
 @pytest.mark.slow

@@ -20,11 +20,11 @@ import pytest
 
 from speculators.controller import ControllerParams
 from speculators.costcurve import CostCurve
-from speculators.events import FinishEvent, StepEvent
 from speculators.params import DraftParams, SpecParams
 from speculators.sampling import SamplingParams
 
 from .lossless import check_lossless
+from .stepping import generate_stepwise
 
 GREEDY = SamplingParams(temperature=0.0)
 MAX_TOKENS = 96
@@ -52,20 +52,7 @@ def _log_drafts(engine):
 
 
 def _generate(engine, prompt, on_step=None):
-    steps = 0
-
-    def cancel():
-        nonlocal steps
-        steps += 1
-        if on_step is not None:
-            on_step(steps)
-        return False
-    result = None
-    for ev in engine.generate(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY, cancel=cancel):
-        if isinstance(ev, FinishEvent):
-            result = ev.result
-    assert result is not None
-    return result
+    return generate_stepwise(engine, prompt, MAX_TOKENS, GREEDY, on_step)
 
 
 @pytest.mark.slow
