@@ -23,6 +23,7 @@ the MTP cells of the tokens the two batches share.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Sequence
 
 import numpy as np
@@ -218,10 +219,10 @@ class DraftMTP(_TargetFed):
                 first_h = np.zeros(self.n_embd, np.float32)
                 if pos0 != 0:
                     log.debug("draft-mtp: no hidden state for position %d; using zeros", pos0 - 1)
+            self._last_batch = (pos0, list(tokens), first_h.copy())
             if not self.upkeep or self._deferred:
                 # paused: only note what these positions would decode; resumed with a backlog:
                 # decode it and this batch together
-                self._last_batch = (pos0, list(tokens), first_h.copy())
                 self._defer(tokens, pos0, first_h, h_tgt)
                 if self.upkeep and not self._catch_up():
                     self.pending_pos = -1
@@ -238,7 +239,6 @@ class DraftMTP(_TargetFed):
                         k += 1
                     if k > 0:
                         self.n_replays_skipped += 1
-                self._last_batch = (pos0, list(tokens), first_h.copy())
                 self.ctx.seq_rm(pos0 + k, -1)  # drop the drafts (and anything past the kept cells)
                 items = [(tokens[j], first_h if j == 0 else h_tgt[j - 1]) for j in range(k, n)]
                 if not self._decode_inputs(items, pos0 + k):
@@ -273,7 +273,6 @@ class DraftMTP(_TargetFed):
         if self._deferred:
             # asked while paused (a probe): decode what the pause deferred first, timed as the
             # mirroring it stands for
-            import time
             t0 = time.perf_counter()
             try:
                 if not self._catch_up():
