@@ -16,7 +16,12 @@ The two things it weighs:
 * **each speculator's acceptance by draft position**: ``q_i``, the chance
   that draft token ``i`` is accepted given the ones before it were, from
   decaying counts (recent drafts weigh most, so it follows the
-  conversation), smoothed toward the previous position.
+  conversation), smoothed toward the previous position. A lookup
+  drafter's position counts from the start of its *run* (the target
+  tokens in a row its proposals have predicted), not of the draft: a
+  draft that continues a copied passage 20 tokens in is read at
+  positions 21, 22, ..., where acceptance is high, while the first
+  token after a miss is read at position 1, where it is low.
 
 A draft of ``k`` tokens yields ``E_k = 1 + q_1 + q_1 q_2 + ...`` tokens for
 ``c(k)`` steps of time; plain decoding yields 1 per step. The controller
@@ -128,6 +133,8 @@ class AcceptanceModel:
     [0.75, 0.375, 0.375]
     >>> round(m.expected_tokens(2)[-1], 4)          # 1 + .75 + .75*.375
     2.0312
+    >>> [round(q, 3) for q in m.rates(2, depth=1)]  # a draft continuing a run one token in
+    [0.375, 0.375]
     """
 
     def __init__(self, decay: float = 0.9, prior: float = 0.15, weight: float = 1.0, streak_weight: float = 0.5):
@@ -172,11 +179,12 @@ class AcceptanceModel:
         self._rates = None
         self.version += 1
 
-    def rates(self, k: int) -> list[float]:
+    def rates(self, k: int, depth: int = 0) -> list[float]:
         """Conditional acceptance q_1..q_k (each smoothed toward the one before).
 
         q_1 is read in the light of the previous first-position outcome
-        (smoothed toward the overall q_1).
+        (smoothed toward the overall q_1). ``depth``: the draft starts that
+        many positions in (the rates from ``q_(depth+1)`` on).
         """
         if self._rates is None:
             out, prev, w = [], self.prior, self.weight
@@ -188,14 +196,16 @@ class AcceptanceModel:
                 out[0] = (self.hits1[s] + ws * out[0]) / (self.tries1[s] + ws)
             self._rates = out
         r = self._rates
-        if k <= TRACK:
-            return r[:k]
-        return r + [r[-1]] * (k - TRACK)
+        d = min(max(depth, 0), TRACK - 1)
+        if d + k <= TRACK:
+            return r[d:d + k]
+        return r[d:] + [r[-1]] * (d + k - TRACK)
 
-    def expected_tokens(self, k: int) -> list[float]:
-        """E_1..E_k: tokens a verify step yields with a draft of 1..k tokens."""
+    def expected_tokens(self, k: int, depth: int = 0) -> list[float]:
+        """E_1..E_k: tokens a verify step yields with a draft of 1..k tokens (starting
+        ``depth`` positions in)."""
         out, p, e = [], 1.0, 1.0
-        for q in self.rates(k):
+        for q in self.rates(k, depth):
             p *= q
             e += p
             out.append(e)
@@ -213,6 +223,7 @@ class _Record:
     tokens: list[int]
     start: int          # absolute position of tokens[0]
     scored: int = 0
+    depth0: int = 0     # the acceptance position of tokens[0] (see _SpecState.run)
 
 
 class _SpecState:
@@ -247,6 +258,15 @@ class _SpecState:
         self._pot: tuple[int, float] = (0, 0.0)
         #: ``t_call`` is the size-based prior (the first measurement replaces it)
         self.t_prior = False
+        #: the run: how many target tokens in a row, up to ``run_end`` (absolute position),
+        #: this drafter's proposals have predicted. A lookup drafter's next draft continues
+        #: it (a copy goes on; its n-gram match is the same one), so its tokens are read at
+        #: acceptance positions ``run + 1, run + 2, ...``: a copy found by an unverified
+        #: proposal is drafted long at once, instead of from the cautious first positions.
+        #: Model drafters (their drafts' own positions are what matters) keep run 0.
+        self.by_run = not self.expensive
+        self.run = 0
+        self.run_end = -10
 
 
 @dataclass
@@ -599,10 +619,19 @@ class Controller:
         self._out = []
 
     # -- the decision ----------------------------------------------------------------
-    def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0) -> tuple[int, float]:
+    @staticmethod
+    def _depth(st: _SpecState, start: int) -> int:
+        """The acceptance position of a draft of ``st`` whose first token is at ``start``:
+        its run, where the draft continues it (the bonus token of a verify, which no draft
+        predicted, may lie between), else 0."""
+        if st.by_run and st.run and 0 < start - st.run_end <= 2:
+            return st.run
+        return 0
+
+    def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0, depth: int = 0) -> tuple[int, float]:
         """(k, E_k / (c(k) + draft_cost)) maximising throughput over k = 1..n."""
         best_k, best_g = 0, 0.0
-        for k, e in enumerate(st.model.expected_tokens(n), start=1):
+        for k, e in enumerate(st.model.expected_tokens(n, depth), start=1):
             g = e / (self.rel(k) + draft_cost)
             if g > best_g:
                 best_k, best_g = k, g
@@ -636,13 +665,13 @@ class Controller:
                 n = min(n, st.spec.n_max)
         return max(1, min(n_max, n))
 
-    def _potential(self, st: _SpecState, n_max: int) -> tuple[int, float]:
+    def _potential(self, st: _SpecState, n_max: int, depth: int = 0) -> tuple[int, float]:
         """(best length, expected gain) of asking ``st`` now, its drafting cost included."""
         n = self._n_ask(st, n_max)
-        key = (st.model.version, self.cost.version, n, self.step // 16, round(self._upkeep(st), 2))
+        key = (st.model.version, self.cost.version, n, self.step // 16, round(self._upkeep(st), 2), depth)
         if key != st._pot_key:
             st._pot_key = key
-            st._pot = self._potential_now(st, n)
+            st._pot = self._potential_now(st, n, depth)
         return st._pot
 
     def _gain_curve(self, st: _SpecState, expected: Sequence[float]) -> tuple[int, float]:
@@ -655,10 +684,10 @@ class Controller:
                 best_k, best_g = k, g
         return best_k, best_g
 
-    def _potential_now(self, st: _SpecState, n: int) -> tuple[int, float]:
+    def _potential_now(self, st: _SpecState, n: int, depth: int = 0) -> tuple[int, float]:
         if st.expensive:
             return self._gain_curve(st, st.model.expected_tokens(n))
-        return self._best_cut(st, n, self._draft_cost(st, 1))
+        return self._best_cut(st, n, self._draft_cost(st, 1), depth)
 
     def _is_hopeless(self, st: _SpecState) -> bool:
         """Whether ``st`` could not pay even if every draft token were accepted."""
@@ -713,7 +742,8 @@ class Controller:
             if st is None:
                 st = self._state(spec)
             per = st.per or self._bind(st)
-            k_pot, g_pot = self._potential(st, n_max)
+            depth = self._depth(st, req.pos0 + 1)
+            k_pot, g_pot = self._potential(st, n_max, depth)
             st.potential = g_pot
             active = g_pot >= thr and st.model.n_observed > 0.0
             probe = False
@@ -765,10 +795,11 @@ class Controller:
             if not st.expensive and (per["calls"] <= 2 or (self.step & 7) == 0):
                 st.interval = self._probe_interval(st)   # follows the call's cost, now and then
             if not draft:
+                st.run = 0
                 continue
             draft = draft[:n_ask]
             # drafting is paid now: only the verify cost decides the cut
-            k, g = self._best_cut(st, len(draft))
+            k, g = self._best_cut(st, len(draft), depth=depth)
             if st.model.n_observed <= 0.0 and not probe:
                 g = 0.0   # nothing known of this drafter yet: its first proposal is scored unverified
             if probe or g >= thr:
@@ -825,7 +856,7 @@ class Controller:
 
     def _open_record(self, st: _SpecState, draft: Sequence[int], start: int) -> None:
         st.model.new_draft()
-        st.record = _Record([int(t) for t in draft], start)
+        st.record = _Record([int(t) for t in draft], start, depth0=self._depth(st, start))
         self._score(st)
 
     def _score(self, st: _SpecState) -> None:
@@ -838,7 +869,11 @@ class Controller:
             if idx >= len(out):
                 return
             hit = out[idx] == r.tokens[r.scored]
-            st.model.observe(r.scored, hit)
+            st.model.observe(r.depth0 + r.scored, hit)
+            if hit:
+                st.run, st.run_end = r.depth0 + r.scored + 1, r.start + r.scored
+            else:
+                st.run = 0
             r.scored += 1
             if not hit:
                 break

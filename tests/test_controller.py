@@ -549,3 +549,47 @@ def test_a_new_chain_starts_from_what_an_earlier_one_measured_of_a_drafter():
     assert again.switches == [False]                  # paused before the prompt is mirrored
     _, ds = run_with_upkeep(ctl, 100)
     assert not any(d.draft for d in ds) and again.mirrored == 0
+
+
+def cpu_like():
+    """A verify-cost curve shaped as measured on this project's 2-core CPU with the default model
+    (a 262k-token output layer: every verified row costs most of a token)."""
+    return CostCurve({0: 1.0, 1: 1.8, 2: 2.1, 4: 3.1, 8: 4.3, 16: 6.7, 32: 11.2, 48: 16.0, 64: 21.0})
+
+
+def test_a_copy_found_by_a_lookup_drafter_is_drafted_long_within_a_few_steps():
+    # ordinary text first: every proposal is wrong, so a first draft token is rarely right...
+    phase = {"right": 0}
+    s = Scripted(SpecType.NGRAM_SIMPLE, lambda i: phase["right"], n=32)
+    ctl = controller(s, curve=cpu_like())
+    pos, _ = run(ctl, 80)
+    # ...then the reply copies a passage: the proposal that found it is scored unverified, and
+    # the tokens it got right put the next draft that far into its run (the same passage), where
+    # acceptance is high: drafted long within a few steps, not cut to 1, 3, ... (or, on this
+    # curve, never drafted in the passage, as before the drafts were read by their run)
+    phase["right"] = 32
+    end, ds = run(ctl, 12, pos)
+    lens = [len(d.draft) for d in ds]
+    first_long = next((i for i, n in enumerate(lens) if n >= 16), None)
+    assert first_long is not None and first_long <= 5, lens
+    assert all(n == 32 for n in lens[first_long + 1:]), lens
+    assert end - pos >= 150, (end - pos, lens)
+    # and when the passage ends, the drafts stop at once: the run's first miss
+    phase["right"] = 0
+    _, after = run(ctl, 30, end)
+    assert sum(1 for d in after if d.draft) <= 1, [len(d.draft) for d in after]
+
+
+def test_under_the_controller_ngram_simple_looks_up_a_short_key_unless_one_is_set():
+    from speculators.chain import SpeculatorChain
+    from speculators.ngram_simple import ADAPTIVE_SIZE_N
+    from speculators.params import SpecParams
+
+    def size(p):
+        return next(x for x in SpeculatorChain.from_params(p).speculators if x.name == "ngram-simple").size_n
+
+    assert size(SpecParams.from_types("ngram-simple")) == 12         # llama.cpp's default, as the server
+    assert size(SpecParams.auto()) == ADAPTIVE_SIZE_N < 12
+    p = SpecParams.auto()
+    p.ngram_simple.size_n = 7
+    assert size(p) == 7
