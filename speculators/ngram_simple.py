@@ -16,7 +16,7 @@ import numpy as np
 from .base import DraftRequest, Speculator
 from .chain import register
 from .descriptor import NGRAM, Flag, Nothing, SpecDescriptor, Setting, declare
-from .params import SpecParams
+from .params import NgramMapParams, SpecParams
 from .types import SpecType
 
 __all__ = ["NgramSimple", "TokenHistory", "find_ngrams", "ngram_simple_draft", "rfind_ngram",
@@ -286,7 +286,30 @@ declare(SpecDescriptor(
     **ngram_map_options("ngram-simple", "ngram_simple")))
 
 
+#: the lookup n-gram length under the adaptive controller (Automatic), where ``size_n`` is left
+#: at llama.cpp's default of 12: the controller scores a proposal against what the model goes on
+#: to write before it verifies one, so a short key's wrong guesses cost a lookup, not a verify,
+#: while a short passage quoted back (a sentence is ~15 tokens) is found when there is still
+#: most of it left to draft. With 12, a copied sentence was found with a few tokens left, or,
+#: where a sampled reply changed a word in its first 12 tokens, not at all
+#: (``tools/bench_copy.py``: 47 of 60 copy requests lit up with 12, 49 with 4).
+ADAPTIVE_SIZE_N = 4
+
+
+def lookup_size(params: SpecParams) -> int:
+    """The lookup n-gram length ngram-simple uses with ``params``.
+
+    >>> lookup_size(SpecParams.from_types("ngram-simple")), lookup_size(SpecParams.auto())
+    (12, 4)
+    >>> p = SpecParams.auto(); p.ngram_simple.size_n = 8; lookup_size(p)   # set: used as is
+    8
+    """
+    n = params.ngram_simple.size_n
+    if params.adaptive_on and n == NgramMapParams().size_n:
+        return ADAPTIVE_SIZE_N
+    return n
+
+
 @register(SpecType.NGRAM_SIMPLE)
 def _make_ngram_simple(params: SpecParams, resources: dict) -> Speculator:
-    p = params.ngram_simple
-    return NgramSimple(size_n=p.size_n, size_m=p.size_m)
+    return NgramSimple(size_n=lookup_size(params), size_m=params.ngram_simple.size_m)
