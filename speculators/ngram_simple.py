@@ -260,32 +260,6 @@ class NgramSimple(Speculator):
         return ngram_simple_draft(self.size_n, self.size_m, lst, req.id_last, arr)
 
 
-def ngram_map_options(type_name: str, section: str) -> dict:
-    """The flags and settings-pane fields of an n-gram type whose parameters are an
-    :class:`~speculators.params.NgramMapParams` (``section``): ngram-simple, ngram-map-k(4v).
-
-    >>> ngram_map_options("ngram-simple", "ngram_simple")["flags"][0][:3]
-    (('--spec-ngram-simple-size-n',), 'spec_ngram_simple_size_n', 'ngram_simple.size_n')
-    """
-    flags = tuple(Flag((f"--spec-{type_name}-{opt}",), f"spec_{section}_{name}", f"{section}.{name}", "int",
-                       f"{type_name}: {what}")
-                  for opt, name, what in (("size-n", "size_n", "lookup n-gram length (default 12)"),
-                                          ("size-m", "size_m", "draft m-gram length (default 48)"),
-                                          ("min-hits", "min_hits", "minimum hits (default 1)")))
-    fields = (Setting(f"{section}.size_n", "lookup n-gram size", "int"),
-              Setting(f"{section}.size_m", "draft m-gram size", "int"),
-              Setting(f"{section}.min_hits", "min hits", "int"))
-    return {"section": section, "flags": flags, "fields": fields,
-            "n_max": lambda p: getattr(p, section).size_m}
-
-
-declare(SpecDescriptor(
-    name="ngram-simple", rank=10, kind=NGRAM,
-    info="repeats what followed the last n-gram",
-    needs=Nothing("always available: repeats what followed the last n-gram of the conversation"),
-    **ngram_map_options("ngram-simple", "ngram_simple")))
-
-
 #: the lookup n-gram length under the adaptive controller (Automatic), where ``size_n`` is left
 #: at llama.cpp's default of 12: the controller scores a proposal against what the model goes on
 #: to write before it verifies one, so a short key's wrong guesses cost a lookup, not a verify,
@@ -308,6 +282,33 @@ def lookup_size(params: SpecParams) -> int:
     if params.adaptive_on and n == NgramMapParams().size_n:
         return ADAPTIVE_SIZE_N
     return n
+
+
+def ngram_map_options(type_name: str, section: str, size_n_default: str = "12") -> dict:
+    """The flags and settings-pane fields of an n-gram type whose parameters are an
+    :class:`~speculators.params.NgramMapParams` (``section``): ngram-simple, ngram-map-k(4v).
+
+    >>> ngram_map_options("ngram-simple", "ngram_simple")["flags"][0][:3]
+    (('--spec-ngram-simple-size-n',), 'spec_ngram_simple_size_n', 'ngram_simple.size_n')
+    """
+    flags = tuple(Flag((f"--spec-{type_name}-{opt}",), f"spec_{section}_{name}", f"{section}.{name}", "int",
+                       f"{type_name}: {what}")
+                  for opt, name, what in (("size-n", "size_n", f"lookup n-gram length (default {size_n_default})"),
+                                          ("size-m", "size_m", "draft m-gram length (default 48)"),
+                                          ("min-hits", "min_hits", "minimum hits (default 1)")))
+    fields = (Setting(f"{section}.size_n", "lookup n-gram size", "int",
+                      None if size_n_default == "12" else f"default {size_n_default}"),
+              Setting(f"{section}.size_m", "draft m-gram size", "int"),
+              Setting(f"{section}.min_hits", "min hits", "int"))
+    return {"section": section, "flags": flags, "fields": fields,
+            "n_max": lambda p: getattr(p, section).size_m}
+
+
+declare(SpecDescriptor(
+    name="ngram-simple", rank=10, kind=NGRAM,
+    info="repeats what followed the last n-gram",
+    needs=Nothing("always available: repeats what followed the last n-gram of the conversation"),
+    **ngram_map_options("ngram-simple", "ngram_simple", f"12; {ADAPTIVE_SIZE_N} under auto")))
 
 
 @register(SpecType.NGRAM_SIMPLE)
