@@ -38,7 +38,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 # follows the examples is an answer, not a copy of the last example. No example's wording comes
 # back in replies: an earlier set's "Repeat after me:" and "Keep calm and carry on" did. With the
 # app's default min-p (app.config.DEFAULT_MIN_P) 50 of 60 copy requests (two sets of ten, three
-# seeds) are copied with accepted drafts, and ordinary questions get answers (18 of 18).
+# seeds) are copied, 49 with accepted drafts (85 of 100 over five seeds), and ordinary questions
+# get answers (27 of 27).
 FALLBACK_SCENE = "A conversation between a curious user and a helpful, knowledgeable assistant."
 FALLBACK_RULE = (
     FALLBACK_SCENE + " The assistant "

@@ -11,7 +11,10 @@ seeds each, 20/20 in all; 12.0 (shopping list), 6.2 (numbers), 8.0 (address) and
 (weekdays) accepted draft tokens per reply. (Before, at min-p 0.05: 3/5, 5/5, 5/5, 5/5.)
 Re-measured late on 2026-12-04, quiet, once the verify-cost curve was measured right on this CPU
 (a second verified row costs about a token): 3/5, 2/5, 4/5, 4/5, 13/20 in all; in one full test
-run 8/20, under this test's bound.
+run 8/20. In the evening, once a lookup drafter's drafts were read at the positions of its run and
+ngram-simple under Automatic looked up a 4-token key: 5/5 each, 20/20 (17/20 with the run alone),
+6.2, 10.0, 13.8 and 10.6 accepted draft tokens per reply; 20/20 again with two busy-looping
+processes taking both cores.
 
     python -m tests.test_starters [SEEDS]     # prints each reply and the rates
 """
@@ -87,14 +90,12 @@ def test_the_starters_are_copied_with_accepted_drafts_in_most_seeds(default_mode
     lit = [sum(1 for ok, n, _ in runs if ok and n > 0) for runs in per]
     replies = {i + 1: [text[:60] for _, _, text in runs] for i, runs in enumerate(per)}
     copied = [sum(1 for ok, _, _ in runs if ok) for runs in per]
-    # each starter's reply repeats its text in at least 3 of the 5 seeds; whether its drafts are
-    # verified is Automatic's call, made on this machine's measured timings, so under load one
-    # starter may stay dark: 3 of the 4 light up in at least 2 seeds, and half of all replies do
-    # (measured: 20/20 on a quiet machine; 13/20 with the numbers starter dark, in a loaded
-    # test run)
+    # each starter's reply repeats its text in at least 3 of the 5 seeds, and lights up in at least
+    # 3; whether its drafts are verified is Automatic's call, made on this machine's timings, so
+    # not every one in every seed: 16 of the 20 replies in all (measured: 20/20, quiet and loaded)
     assert min(copied) >= 3, (copied, replies)
-    assert sorted(lit)[1] >= 2, (lit, replies)
-    assert sum(lit) >= 0.5 * len(SEEDS) * len(per), (lit, replies)
+    assert min(lit) >= 3, (lit, replies)
+    assert sum(lit) >= 0.8 * len(SEEDS) * len(per), (lit, replies)
 
 
 if __name__ == "__main__":
