@@ -264,6 +264,10 @@ class SpecDescriptor:
     drafter_label: str | None = None
     #: what the target model must load for it (``"mtp"``: its MTP heads)
     load: frozenset = frozenset()
+    #: whether a GGUF file holds what this type drafts with, from its header alone (a
+    #: :class:`~speculators.gguf_detect.GGUFInfo` with tensor infos): llama.cpp's
+    #: ``common_speculative_types_from_gguf``, one type's part of it (None: no file does)
+    detect: Callable[[Any], bool] | None = None
     #: the theme's ``[draft]`` key for its colour (None: its name)
     theme_slot: str | None = None
     #: its colour where a theme has none for the slot (None: the theme's accent colour)

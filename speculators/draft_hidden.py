@@ -32,6 +32,7 @@ from .draft_dflash import (DFLASH_DEFAULT_BLOCK_SIZE, DFLASH_SYMBOLS, FINAL_LAYE
                            make_draft_dspark, output_limits, walk_lattice)
 from .descriptor import HIDDEN, Drafter, MtpHeads, SpecDescriptor, declare
 from .draft_simple import draft_n_max
+from .gguf_detect import has_markov_head, has_mtp_heads, is_dflash_drafter
 
 declare(SpecDescriptor(
     name="draft-eagle3", rank=70, kind=HIDDEN,
@@ -42,17 +43,20 @@ declare(SpecDescriptor(
     name="draft-mtp", rank=80, kind=HIDDEN,
     info="the model's multi-token-prediction heads",
     needs=MtpHeads(), load=frozenset({"mtp"}),
-    section="draft", n_max=draft_n_max))
+    section="draft", n_max=draft_n_max,
+    detect=has_mtp_heads))
 declare(SpecDescriptor(
     name="draft-dflash", rank=90, kind=HIDDEN,
     info="DFlash block drafter",
     needs=Drafter(label="DFlash"), drafter_label="DFlash",
-    section="draft", n_max=draft_n_max))
+    section="draft", n_max=draft_n_max,
+    detect=lambda i: is_dflash_drafter(i) and not has_markov_head(i)))
 declare(SpecDescriptor(
     name="draft-dspark", rank=100, kind=HIDDEN,
     info="DSpark drafter",
     needs=Drafter(label="DSpark"), drafter_label="DSpark",
-    section="draft", n_max=draft_n_max))
+    section="draft", n_max=draft_n_max,
+    detect=lambda i: is_dflash_drafter(i) and has_markov_head(i)))
 
 __all__ = ["DraftMTP", "DraftEagle3", "DraftDFlash", "DraftDSpark", "pick_top_k", "output_limits",
            "walk_lattice", "dspark_cut", "check_layer_ids", "check_dflash_drafter",

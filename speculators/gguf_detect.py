@@ -48,7 +48,8 @@ from typing import Any, Iterator
 from .types import SpecType
 
 __all__ = ["GGUFError", "GGUFInfo", "GGUFStringArray", "GGUFSummary", "TensorInfo", "gguf_summary",
-           "read_gguf", "tensor_data_end", "types_from_gguf", "types_from_info", "GGUF_TYPE", "GGML_BLOCK"]
+           "read_gguf", "tensor_data_end", "types_from_gguf", "types_from_info", "has_mtp_heads", "has_markov_head",
+           "is_dflash_drafter", "GGUF_TYPE", "GGML_BLOCK"]
 
 
 class GGUFError(ValueError):
@@ -318,23 +319,35 @@ def types_from_gguf(path: str | os.PathLike) -> list[SpecType]:
 
 
 def types_from_info(info: GGUFInfo) -> list[SpecType]:
-    """:func:`types_from_gguf` for a header already read (with tensor infos)."""
+    """:func:`types_from_gguf` for a header already read (with tensor infos): the declared
+    types whose descriptor's ``detect`` recognises it (:func:`has_mtp_heads`,
+    :func:`is_dflash_drafter` and :func:`has_markov_head` for llama.cpp's)."""
+    if info.architecture is None:
+        return []
+    from .descriptor import descriptors
+    return [d.type for d in descriptors() if d.detect is not None and d.detect(info)]
+
+
+def is_dflash_drafter(info: GGUFInfo) -> bool:
+    """Architecture ``dflash``: a DFlash or DSpark block drafter."""
+    return info.architecture == "dflash"
+
+
+def has_markov_head(info: GGUFInfo) -> bool:
+    """DSpark's Markov head (what tells a DSpark drafter from a DFlash one)."""
+    return "markov_w1.weight" in (info.tensors or {})
+
+
+def has_mtp_heads(info: GGUFInfo) -> bool:
+    """A model (not a DFlash drafter) whose last block has the NextN/MTP tensor."""
     arch = info.architecture
-    if arch is None:
-        return []
-    tensors = info.tensors or {}
-    if arch != "dflash":
-        key = f"{arch}.block_count"
-        if info.kv_types.get(key, (None,))[0] != T_UINT32:
-            return []
-        last = (int(info.kv[key]) - 1) & 0xFFFFFFFF  # uint32 arithmetic, as in C
-        if f"blk.{last}.nextn.eh_proj.weight" in tensors:
-            return [SpecType.DRAFT_MTP]
-        return []
-    # the Markov head distinguishes draft-dspark from draft-dflash
-    if "markov_w1.weight" in tensors:
-        return [SpecType.DRAFT_DSPARK]
-    return [SpecType.DRAFT_DFLASH]
+    if arch is None or is_dflash_drafter(info):
+        return False
+    key = f"{arch}.block_count"
+    if info.kv_types.get(key, (None,))[0] != T_UINT32:
+        return False
+    last = (int(info.kv[key]) - 1) & 0xFFFFFFFF  # uint32 arithmetic, as in C
+    return f"blk.{last}.nextn.eh_proj.weight" in (info.tensors or {})
 
 
 # -- summary for the picker ---------------------------------------------------

@@ -335,3 +335,27 @@ def test_a_declaration_is_checked():
     with pytest.raises(ValueError, match="kind must be one of"):
         SpecDescriptor(name="ngram-x", rank=1000, kind="magic")
     assert names(PRIORITY) == REFERENCE_PRIORITY
+
+
+def test_what_a_drafter_file_is_comes_from_the_descriptors(tmp_path):
+    """A toy type that recognises its drafter by a tensor of its own: the GGUF detection (the
+    picker, Automatic's plan) finds it, with no other file changed; llama.cpp's three are as before."""
+    from speculators.gguf_detect import types_from_gguf
+    desc = SpecDescriptor(name="draft-toyhead", rank=107, kind=HIDDEN, info="a toy head drafter",
+                          needs=Drafter(label="Toyhead"), section="draft",
+                          detect=lambda info: "toyhead.weight" in (info.tensors or {}))
+    f = write_header_only(tmp_path / "toyhead.gguf", "llama", ["toyhead.weight"], block_count=1)
+    other = write_header_only(tmp_path / "plain.gguf", "llama", ["blk.0.attn_q.weight"], block_count=1)
+    assert types_from_gguf(f) == []
+    with registered(desc, lambda params, resources: None) as t:
+        assert types_from_gguf(f) == [t] and types_from_gguf(other) == []
+        sp = SpecParams.auto()
+        sp.draft.model = str(f)
+        plan = {c.name: c for c in auto_plan(sp, None)}
+        assert plan["draft-toyhead"] == ("draft-toyhead", True, "Toyhead drafter toyhead.gguf")
+    assert types_from_gguf(tmp_path / "toyhead.gguf") == []
+    mtp = write_header_only(tmp_path / "mtp.gguf", "qwen35", ["blk.1.nextn.eh_proj.weight"], block_count=2)
+    dflash = write_header_only(tmp_path / "df.gguf", "dflash", ["fc.weight"])
+    dspark = write_header_only(tmp_path / "ds.gguf", "dflash", ["fc.weight", "markov_w1.weight"])
+    assert [types_from_gguf(p) for p in (mtp, dflash, dspark, other)] == \
+        [[SpecType.DRAFT_MTP], [SpecType.DRAFT_DFLASH], [SpecType.DRAFT_DSPARK], []]
