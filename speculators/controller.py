@@ -427,6 +427,14 @@ class CostModel:
             return self._rel[k]
         return self._rel[-1] + (self._rel[-1] - self._rel[-2]) * (k - len(self._rel) + 1)
 
+    def rel_table(self, n: int) -> list[float]:
+        """``[rel(0), ..., rel(n)]`` (the list itself where the table is that long: do not change it)."""
+        if self._rel_dirty:
+            self._rebuild_rel()
+        if n < len(self._rel):
+            return self._rel
+        return [self.rel(k) for k in range(n + 1)]
+
     def _online_line(self) -> tuple[float, float, float] | None:
         """(intercept s, slope s/token, weight 0..1) of the timings seen, or None."""
         s0, sx, sy, sxx, sxy = self._reg
@@ -631,8 +639,9 @@ class Controller:
     def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0, depth: int = 0) -> tuple[int, float]:
         """(k, E_k / (c(k) + draft_cost)) maximising throughput over k = 1..n."""
         best_k, best_g = 0, 0.0
+        rel = self.cost.rel_table(n)
         for k, e in enumerate(st.model.expected_tokens(n, depth), start=1):
-            g = e / (self.rel(k) + draft_cost)
+            g = e / (rel[k] + draft_cost)
             if g > best_g:
                 best_k, best_g = k, g
         return best_k, best_g
@@ -678,8 +687,9 @@ class Controller:
         """(k, gain) maximising E_k / (c(k) (1 + upkeep) + drafting cost) for a model drafter."""
         best_k, best_g = 0, 0.0
         u = self._upkeep_factor(st)
+        rel = self.cost.rel_table(len(expected))
         for k, e in enumerate(expected, start=1):
-            g = e / (self.rel(k) * (1.0 + u) + self._draft_cost(st, k))
+            g = e / (rel[k] * (1.0 + u) + self._draft_cost(st, k))
             if g > best_g:
                 best_k, best_g = k, g
         return best_k, best_g
