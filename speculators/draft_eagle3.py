@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import time
 from typing import Sequence
 
 import numpy as np
@@ -111,7 +112,53 @@ class DraftEagle3(_TargetFed):
         self.pending_pos = -1
         self.verify_g = np.zeros((0, self.n_embd_dec), dtype=np.float32)
         self.verify_pos_first = -1
+        #: decode every target batch's (token, encoded row) pairs on the draft context (False:
+        #: paused, see :meth:`set_upkeep`); what a pause did not decode, in position order
+        self.upkeep = True
+        self._deferred: list[tuple[int, int, np.ndarray]] = []
+        self.n_catchups = 0
+        self.n_catchup_tokens = 0
         self._attach(target_ctx)
+
+    @property
+    def can_pause(self) -> bool:
+        return True
+
+    def set_upkeep(self, on: bool) -> None:
+        """Decode the target's batches on the draft context (True), or only encode them and keep
+        the (token, position, encoded row) pairs they would decode, until the next draft or until
+        resumed, which decodes them in one batch: the same inputs at the same positions. The
+        target's hidden rows exist only while its batch is decoded, so their encoding (the fc
+        layer, a small part of the work) is not deferred."""
+        self.upkeep = bool(on)
+
+    def _held(self) -> int:
+        """The last position the draft context holds, or will once caught up."""
+        return self._deferred[-1][1] if self._deferred else self.ctx.pos_max()
+
+    def _decode_items(self, items: Sequence[tuple[int, int, np.ndarray]]) -> bool:
+        ctx, b = self.ctx, self.batch
+        for start in range(0, len(items), b.n_max):
+            b.clear()
+            for tok, pos, g in items[start:start + b.n_max]:
+                b.add(tok, pos, False, g)
+            rc = lc.llama_decode(ctx.ptr, b.b)
+            if rc != 0:
+                log.warning("draft-eagle3: llama_decode on the draft context failed (%d)", rc)
+                ctx.seq_rm(items[0][1], -1)
+                return False
+        return True
+
+    def _catch_up(self) -> bool:
+        """Decode what a pause deferred (chunked at n_batch)."""
+        items = self._deferred
+        if not items:
+            return True
+        self._deferred = []
+        self.ctx.seq_rm(items[0][1], -1)
+        self.n_catchups += 1
+        self.n_catchup_tokens += len(items)
+        return self._decode_items(items)
 
     def _features(self, n: int) -> np.ndarray:
         feats = np.empty((n, self.n_embd_enc), dtype=np.float32)
@@ -149,18 +196,20 @@ class DraftEagle3(_TargetFed):
             self.pending_pos = -1
             return
         ctx.seq_rm(pos0, -1)  # the last round's drafts (and anything past pos0)
-        b = self.batch
-        b.clear()
+        while self._deferred and self._deferred[-1][1] >= pos0:
+            self._deferred.pop()
         pp = self.pending_pos
-        if pp >= 0 and pp + 1 == pos0 and pp > ctx.pos_max():
-            b.add(tokens[0], pp, False, self.pending_g)  # cross-ubatch bridge
-        for k in range(n - 1):
-            b.add(tokens[k + 1], pos0 + k, False, g[k])
-        if b.n > 0:
-            rc = lc.llama_decode(ctx.ptr, b.b)
-            if rc != 0:
-                log.warning("draft-eagle3: llama_decode on the draft context failed (%d)", rc)
-                ctx.seq_rm(min(pos0, pp if pp >= 0 else pos0), -1)
+        items: list[tuple[int, int, np.ndarray]] = []
+        if pp >= 0 and pp + 1 == pos0 and pp > self._held():
+            items.append((tokens[0], pp, self.pending_g))  # cross-ubatch bridge
+        items.extend((tokens[k + 1], pos0 + k, g[k]) for k in range(n - 1))
+        if not self.upkeep or self._deferred:
+            # paused: keep what this batch would decode; resumed with a backlog: decode both
+            self._deferred.extend(items)
+            if self.upkeep:
+                self._catch_up()
+        elif items:
+            self._decode_items(items)
         self.verify_pos_first = pos0
         self.verify_g = g
         self.pending_pos = pos0 + n - 1
@@ -168,14 +217,23 @@ class DraftEagle3(_TargetFed):
 
     def begin(self, prompt: Sequence[int]) -> None:
         n = len(prompt)
-        if n and self.ctx.pos_max() < n - 2:
+        if n and self._held() < n - 2:
             log.warning("draft-eagle3: the draft context holds positions up to %d of a %d-token "
-                        "prompt; drafts may degrade", self.ctx.pos_max(), n)
+                        "prompt; drafts may degrade", self._held(), n)
 
     def draft(self, req: DraftRequest) -> list[int]:
         pp = self.pending_pos
         if pp < 0:
             return []
+        if self._deferred:
+            # asked while paused (a probe): decode what the pause deferred first, timed as the
+            # mirroring it stands for
+            t0 = time.perf_counter()
+            try:
+                if not self._catch_up():
+                    return []
+            finally:
+                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
         n_max = self.n_max_param if req.n_max < 0 else min(self.n_max_param, req.n_max)
         if n_max <= 0:
             return []
