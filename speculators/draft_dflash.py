@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import time
 from typing import Sequence
 
 import numpy as np
@@ -305,6 +306,13 @@ class DraftDFlash(_TargetFed):
         lc.llama_set_causal_attn(self.ctx.ptr, self.causal_attn)
         self.n_injected = 0
         self.n_blocks = 0
+        #: inject every target batch's features (False: paused, see :meth:`set_upkeep`); what a
+        #: pause did not inject: the first position and the feature rows from there on
+        self.upkeep = True
+        self._deferred_pos0 = -1
+        self._deferred: list[np.ndarray] = []
+        self.n_catchups = 0
+        self.n_catchup_tokens = 0
         log.info("draft-%s: n_max=%d n_min=%d p_min=%.2f block_size=%d mask=%d n_extract=%d "
                  "sample_from_anchor=%s dflash2=%s", kind.lower(), self.n_max_param, self.n_min,
                  self.p_min, self.block_size, self.mask_token, len(self.layer_ids),
@@ -312,12 +320,77 @@ class DraftDFlash(_TargetFed):
         self._attach(target_ctx)
 
     # -- KV injection of the target's features ---------------------------------------------
-    def _process(self, tokens: list[int], pos0: int) -> None:
-        self._inject(len(tokens), pos0)
+    @property
+    def can_pause(self) -> bool:
+        return True
 
-    def _inject(self, n: int, pos0: int) -> None:
+    def set_upkeep(self, on: bool) -> None:
+        """Inject the target's batches into the draft cache (True), or only keep their feature
+        rows (the target's rows exist only while its batch is decoded) until the next draft or
+        until resumed, which injects them in one go: the same rows at the same positions."""
+        self.upkeep = bool(on)
+
+    def _n_deferred(self) -> int:
+        return sum(len(f) for f in self._deferred)
+
+    def _held(self) -> int:
+        """The last position the draft cache holds, or will once caught up."""
+        return self._deferred_pos0 + self._n_deferred() - 1 if self._deferred else self.ctx.pos_max()
+
+    def _features(self, n: int) -> np.ndarray:
+        w = self.n_embd_tgt
+        feats = np.empty((n, self.n_embd_enc), dtype=np.float32)
+        for k, lid in enumerate(self.layer_ids):
+            feats[:, k * w:(k + 1) * w] = _rows(self._get_layer(self.tgt.ptr, lid), n, w)
+        return feats
+
+    def _process(self, tokens: list[int], pos0: int) -> None:
+        n = len(tokens)
         if n <= 0:
             return
+        if self.upkeep and not self._deferred:
+            self._inject(self._features(n), pos0)
+            return
+        # paused: keep the rows; resumed with a backlog: inject both
+        self.ctx.seq_rm(pos0, -1)
+        if self._deferred:
+            keep = pos0 - self._deferred_pos0
+            if keep < 0:
+                self._deferred = []
+            else:
+                out, total = [], 0
+                for f in self._deferred:
+                    if total >= keep:
+                        break
+                    out.append(f[:keep - total])
+                    total += len(out[-1])
+                self._deferred = out
+        held = self._held()
+        if 0 <= held < pos0 - 1:
+            # a hole: as _inject, start afresh
+            self.ctx.clear()
+            self._deferred = []
+        if not self._deferred:
+            self._deferred_pos0 = pos0
+        self._deferred.append(self._features(n))
+        if self.upkeep:
+            self._catch_up()
+
+    def _catch_up(self) -> bool:
+        """Inject what a pause kept, in one go (chunked at n_ubatch)."""
+        if not self._deferred:
+            return True
+        feats = np.concatenate(self._deferred) if len(self._deferred) > 1 else self._deferred[0]
+        p0 = self._deferred_pos0
+        self._deferred = []
+        self.n_catchups += 1
+        self.n_catchup_tokens += len(feats)
+        return self._inject(feats, p0)
+
+    def _inject(self, all_feats: np.ndarray, pos0: int) -> bool:
+        n = len(all_feats)
+        if n <= 0:
+            return True
         ctx = self.ctx
         ctx.seq_rm(pos0, -1)  # the rejected tail of the last verify batch, if any
         pm = ctx.pos_max()
@@ -326,32 +399,38 @@ class DraftDFlash(_TargetFed):
             log.debug("draft-%s: draft cache ends at %d, target batch starts at %d; clearing",
                       self.kind.lower(), pm, pos0)
             ctx.clear()
-        layers = [_rows(self._get_layer(self.tgt.ptr, lid), n, self.n_embd_tgt) for lid in self.layer_ids]
-        w = self.n_embd_tgt
         for off in range(0, n, self.n_ubatch):
             m = min(self.n_ubatch, n - off)
-            feats = np.empty((m, self.n_embd_enc), dtype=np.float32)
-            for k, rows in enumerate(layers):
-                feats[:, k * w:(k + 1) * w] = rows[off:off + m]
+            feats = np.ascontiguousarray(all_feats[off:off + m])
             self.inject.fill(feats, pos0 + off)
             rc = lc.llama_decode(ctx.ptr, self.inject.b)
             if rc != 0:
                 log.warning("draft-%s: KV injection failed (llama_decode %d, %d rows at %d)",
                             self.kind.lower(), rc, m, pos0 + off)
                 ctx.seq_rm(pos0, -1)
-                return
+                return False
             self.n_injected += m
+        return True
 
     def begin(self, prompt: Sequence[int]) -> None:
         n = len(prompt)
-        if n and self.ctx.pos_max() < n - 1:
+        if n and self._held() < n - 1:
             log.warning("draft-%s: the draft cache holds positions up to %d of a %d-token prompt; "
-                        "drafts may degrade", self.kind.lower(), self.ctx.pos_max(), n)
+                        "drafts may degrade", self.kind.lower(), self._held(), n)
 
     # -- drafting -----------------------------------------------------------------------------
     def draft(self, req: DraftRequest) -> list[int]:
         ctx = self.ctx
         pos0 = req.pos0
+        if self._deferred:
+            # asked while paused (a probe): inject what the pause kept first, timed as the
+            # mirroring it stands for
+            t0 = time.perf_counter()
+            try:
+                if not self._catch_up():
+                    return []
+            finally:
+                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
         n_draft = self.n_max_param
         if n_draft <= 0:
             return []

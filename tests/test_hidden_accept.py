@@ -178,15 +178,11 @@ def test_negative_control_rows_shifted_by_one_are_rejected(models, case, monkeyp
     elif case == "draft-mtp":
         monkeypatch.setattr(draft_mtp, "_rows", late_rows(draft_mtp._rows))
     else:
-        inject, rows = draft_dflash.DraftDFlash._inject, draft_dflash._rows
+        orig_f = draft_dflash.DraftDFlash._features
 
-        def late_inject(self, n, pos0):
-            draft_dflash._rows = late_rows(rows)
-            try:
-                inject(self, n, pos0)
-            finally:
-                draft_dflash._rows = rows
-        monkeypatch.setattr(draft_dflash.DraftDFlash, "_inject", late_inject)
+        def late_f(self, n):
+            return np.roll(orig_f(self, n), 1, axis=0)
+        monkeypatch.setattr(draft_dflash.DraftDFlash, "_features", late_f)
     drafted, accepted = _totals(models, case)
     assert drafted > 0
     # measured: 261 drafted, 0 accepted (every draft is the junk token)

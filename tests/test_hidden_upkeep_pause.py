@@ -1,14 +1,16 @@
-"""draft-eagle3's upkeep paused: lossless, caught up right before it drafts, the same drafts.
+"""The upkeep of draft-eagle3, draft-dflash and draft-dspark paused: lossless, caught up right
+before they draft, the same drafts (draft-mtp's: tests/test_mtp_upkeep_pause.py).
 
 After every target batch an EAGLE3 drafter encodes the target's hidden rows (its fc layer) and
-decodes each token with the encoded row before it on its own context (its upkeep). Paused, it
-only encodes (the rows exist only while the target's batch is decoded) and keeps the (token,
-position, row) pairs; they are decoded in one batch when it is asked to draft or resumed
-(speculators.draft_eagle3). Under the adaptive controller a drafter that does not pay is paused.
+decodes each token with the encoded row before it on its own context; a DFlash/DSpark drafter
+injects the rows into its cache (their upkeep). Paused, they keep what they would decode (the
+target's rows exist only while its batch is decoded: EAGLE3 still encodes them, a small part of
+the work) and decode it in one go when asked to draft or resumed (speculators.draft_eagle3,
+speculators.draft_dflash). Under the adaptive controller a drafter that does not pay is paused.
 
-Two pairs of models: the bigram target with an EAGLE3 drafter that predicts its bigram map
-(tests.predictable_models: its drafts are accepted), and a random-weight tiny llama target with a
-random EAGLE3 drafter (tests.hidden_models: its draft logits move when any cell of its context
+Two sets of models: the bigram target with drafters that predict its bigram map
+(tests.predictable_models: their drafts are accepted), and a random-weight tiny llama target with
+random drafters (tests.hidden_models: their draft logits move when any cell of their context
 differs).
 """
 
@@ -23,8 +25,10 @@ from speculators.controller import ControllerParams
 from speculators.costcurve import CostCurve
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
-from tests.hidden_models import eagle3_path, hidden_models_dir, llama_target_path  # noqa: F401 (fixtures)
-from tests.predictable_models import expected_text, write_bigram_target, write_eagle3_predictor
+from tests.hidden_models import (dflash_path, dspark_path, eagle3_path, hidden_models_dir,  # noqa: F401 (fixtures)
+                                 llama_target_path)
+from tests.predictable_models import (expected_text, write_bigram_target, write_dflash_predictor,
+                                      write_eagle3_predictor)
 from tests.stepping import generate_stepwise
 
 N_PREDICT = 64
@@ -32,16 +36,26 @@ RESUME_AT = 24
 PROMPT = "the quick brown fox jumps over the lazy dog"
 
 
+KINDS = ("draft-eagle3", "draft-dflash", "draft-dspark")
+
+
 @pytest.fixture(scope="module")
-def bigram(tmp_path_factory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("eagle3-pause")
-    return write_bigram_target(d / "bigram-target.gguf"), write_eagle3_predictor(d / "eagle3.gguf")
+def bigram(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    d = tmp_path_factory.mktemp("hidden-pause")
+    target = write_bigram_target(d / "bigram-target.gguf")
+    return {"draft-eagle3": (target, write_eagle3_predictor(d / "eagle3.gguf")),
+            "draft-dflash": (target, write_dflash_predictor(d / "dflash.gguf")),
+            "draft-dspark": (target, write_dflash_predictor(d / "dspark.gguf", dspark=True))}
 
 
-def _engine(target: Path, drafter: Path, spec: SpecParams | None = None):
+def _random(request, kind: str) -> tuple[Path, Path]:
+    fixture = {"draft-eagle3": "eagle3_path", "draft-dflash": "dflash_path", "draft-dspark": "dspark_path"}[kind]
+    return request.getfixturevalue("llama_target_path"), request.getfixturevalue(fixture)
+
+
+def _engine(target: Path, drafter: Path, spec: SpecParams):
     from speculators.engine import Engine, EngineConfig
     eng = Engine(str(target), EngineConfig(n_ctx=1024, n_batch=512, n_threads=2, reuse_prefix=False))
-    spec = spec or SpecParams.from_types("draft-eagle3")
     spec.draft.model = str(drafter)
     return eng, spec
 
@@ -52,25 +66,25 @@ def _run(eng, on_step=None, prompt: str = PROMPT):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("which", ["bigram", "random"])
-def test_pausing_changes_nothing_of_what_a_fixed_eagle3_drafter_drafts(which, request):
+def test_pausing_changes_nothing_of_what_a_fixed_drafter_drafts(which, kind, request):
     """Paused and resumed by hand between steps (no controller; paused before the prompt too),
     the drafter drafts exactly what an always-decoding one drafts at every position, from the
     same logits (the caught-up cells are the ones it would have decoded)."""
-    target, drafter = (request.getfixturevalue("bigram") if which == "bigram"
-                       else (request.getfixturevalue("llama_target_path"), request.getfixturevalue("eagle3_path")))
-    eng, spec = _engine(target, drafter)
+    target, drafter = request.getfixturevalue("bigram")[kind] if which == "bigram" else _random(request, kind)
+    eng, spec = _engine(target, drafter, SpecParams.from_types(kind))
     expected = None
     try:
         runs = []
         for toggle in (False, True):
             eng.set_spec(spec.copy())
-            e3 = eng.chain.speculators[0]
-            assert e3.name == "draft-eagle3" and e3.can_pause
+            dr = eng.chain.speculators[0]
+            assert dr.name == kind and dr.can_pause
             drafts: dict[int, list[int]] = {}
             first_logits: dict[int, np.ndarray] = {}
             at = [None]
-            orig_draft, orig_logits = e3.draft, e3.ctx.logits
+            orig_draft, orig_logits = dr.draft, dr.ctx.logits
 
             def logits(i, orig=orig_logits, at=at, first_logits=first_logits):
                 out = orig(i)
@@ -78,31 +92,31 @@ def test_pausing_changes_nothing_of_what_a_fixed_eagle3_drafter_drafts(which, re
                     first_logits[at[0]] = np.array(out, copy=True)
                 return out
 
-            def logged(req, orig=orig_draft, at=at, drafts=drafts, e3=e3):
+            def logged(req, orig=orig_draft, at=at, drafts=drafts, dr=dr):
                 at[0] = req.pos0
                 out = list(orig(req))
                 drafts[req.pos0] = out
-                assert not e3._deferred                  # it drafted from a caught-up context
+                assert not dr._deferred                  # it drafted from a caught-up context
                 return out
-            e3.draft, e3.ctx.logits = logged, logits
+            dr.draft, dr.ctx.logits = logged, logits
             if toggle:
-                e3.set_upkeep(False)            # the prompt's batch too is caught up at the first draft
+                dr.set_upkeep(False)            # the prompt's batch too is caught up at the first draft
 
-            def on_step(n, e3=e3):
+            def on_step(n, dr=dr):
                 if toggle:
-                    e3.set_upkeep(n % 3 == 0)       # paused two steps in three
+                    dr.set_upkeep(n % 3 == 0)       # paused two steps in three
             # (the random target ends its reply at once after the bigram prompt)
             res = _run(eng, on_step, PROMPT if which == "bigram" else "hello world")
             assert res.stats.n_generated == N_PREDICT
             if which == "bigram":
                 assert res.text == expected_text(PROMPT, N_PREDICT)
-                s = res.stats.speculators["draft-eagle3"]
+                s = res.stats.speculators[kind]
                 assert s.n_acc_tokens >= 0.9 * s.n_gen_tokens > 0, (s.n_gen_tokens, s.n_acc_tokens)
             expected = res.text if expected is None else expected
             assert res.text == expected                  # lossless: the target's own text
             runs.append((drafts, first_logits))
             if toggle:
-                assert e3.n_catchups > 5 and e3.n_catchup_tokens > e3.n_catchups
+                assert dr.n_catchups > 5 and dr.n_catchup_tokens > dr.n_catchups
         (d0, l0), (d1, l1) = runs
         assert d0 == d1 and len(d0) > 5
         assert sorted(l0) == sorted(l1) and len(l0) > 5
@@ -113,13 +127,14 @@ def test_pausing_changes_nothing_of_what_a_fixed_eagle3_drafter_drafts(which, re
 
 
 @pytest.mark.slow
-def test_the_controller_pauses_an_eagle3_drafter_that_does_not_pay_and_resumes_it(bigram):
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_controller_pauses_a_drafter_that_does_not_pay_and_resumes_it(kind, bigram):
     """A cost curve with a very fast one-token step: drafting never pays, so the drafter is
     paused from the first steps on and only probed (each probe caught up first, and right);
     part-way the controller is told to take any gain, and the drafter resumes."""
-    spec = SpecParams.from_types("draft-eagle3")
+    spec = SpecParams.from_types(kind)
     spec.adaptive = True
-    eng, spec = _engine(*bigram, spec)
+    eng, spec = _engine(*bigram[kind], spec)
     try:
         eng.controller_params = ControllerParams(online_cost=False, probe_every=4, probe_every_max=4,
                                                  probe_every_hopeless=4)
@@ -127,23 +142,23 @@ def test_the_controller_pauses_an_eagle3_drafter_that_does_not_pay_and_resumes_i
         curve.t1_s = 1e-6
         eng.cost_curve = curve
         eng.set_spec(spec)
-        ctl, e3 = eng.controller, eng.chain.speculators[0]
-        assert ctl is not None and e3.name == "draft-eagle3"
+        ctl, dr = eng.controller, eng.chain.speculators[0]
+        assert ctl is not None and dr.name == kind
         paused: list[int] = []
 
         def on_step(n):
-            paused.append(0 if e3.upkeep else 1)
+            paused.append(0 if dr.upkeep else 1)
             if n == RESUME_AT:
                 ctl.cost.curve.t1_s = 10.0
                 ctl.cost.version += 1
         res = _run(eng, on_step)
         assert res.text == expected_text(PROMPT, N_PREDICT), res.text
         assert sum(paused[2:RESUME_AT]) >= RESUME_AT - 4, paused
-        assert e3.n_catchups >= 3 and e3.n_catchup_tokens > 2 * e3.n_catchups, (e3.n_catchups, e3.n_catchup_tokens)
-        s = res.stats.speculators["draft-eagle3"]
+        assert dr.n_catchups >= 3 and dr.n_catchup_tokens > 2 * dr.n_catchups, (dr.n_catchups, dr.n_catchup_tokens)
+        s = res.stats.speculators[kind]
         assert s.n_acc_tokens >= 0.9 * s.n_gen_tokens > 0, (s.n_gen_tokens, s.n_acc_tokens)
-        assert paused[-1] == 0 and e3.upkeep
-        per = res.stats.controller.per_speculator["draft-eagle3"]
+        assert paused[-1] == 0 and dr.upkeep
+        per = res.stats.controller.per_speculator[kind]
         assert per["upkeep_paused_steps"] >= RESUME_AT - 4 and per["probes"] >= 3
     finally:
         eng.close()
