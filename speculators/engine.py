@@ -180,6 +180,8 @@ class Engine:
         self._step_ckpt: bytearray | None = None
         self.spec = spec or SpecParams()
         self.chain: SpeculatorChain | None = None
+        #: the next prefill decodes the whole prompt (see set_spec)
+        self._refeed = False
         #: the verify-cost curve (measured or read from the cache when the controller first needs it;
         #: set it beforehand to use a given one)
         self.cost_curve: CostCurve | None = None
@@ -211,6 +213,10 @@ class Engine:
         self.spec = params
         self.chain = chain
         self.controller = controller
+        # a drafter fed by the target's batches (hidden states) sees only what is decoded from
+        # now on: the next prompt is decoded whole, not from the cached prefix, or it would draft
+        # without the conversation so far
+        self._refeed = any(getattr(s, "fed_by_target", False) for s in chain.speculators)
         return chain
 
     @property
@@ -331,7 +337,7 @@ class Engine:
     def _prefill(self, prompt: list[int]) -> int:
         """Decode the prompt, reusing a cached prefix; returns tokens reused."""
         keep = 0
-        if self.config.reuse_prefix:
+        if self.config.reuse_prefix and not self._refeed:
             kv = self.kv_tokens
             m = min(len(kv), len(prompt) - 1)  # the last prompt token is always decoded
             while keep < m and kv[keep] == prompt[keep]:
@@ -378,6 +384,7 @@ class Engine:
             self.kv_tokens = []
             self._prefix_ckpts = []
             raise
+        self._refeed = False
         self.kv_tokens = list(prompt)
         return keep
 

@@ -147,6 +147,8 @@ class _TargetFed(Speculator):
     """
 
     _hook = None
+    #: it learns the conversation only from the target's batches (see Engine.set_spec)
+    fed_by_target = True
 
     def _attach(self, target_ctx) -> None:
         self._hook = self._on_target_decode
