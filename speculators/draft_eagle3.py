@@ -115,7 +115,11 @@ class DraftEagle3(_TargetFed):
         #: decode every target batch's (token, encoded row) pairs on the draft context (False:
         #: paused, see :meth:`set_upkeep`); what a pause did not decode, in position order
         self.upkeep = True
-        self._deferred: list[tuple[int, int, np.ndarray]] = []
+        #: (token, position, row, raw): raw rows are the target's features, not yet encoded
+        self._deferred: list[tuple[int, int, np.ndarray, bool]] = []
+        #: pending_g / verify_g hold raw features (a batch that arrived while paused)
+        self._pending_raw = False
+        self._verify_raw = False
         self.n_catchups = 0
         self.n_catchup_tokens = 0
         self._attach(target_ctx)
@@ -125,22 +129,32 @@ class DraftEagle3(_TargetFed):
         return True
 
     def set_upkeep(self, on: bool) -> None:
-        """Decode the target's batches on the draft context (True), or only encode them and keep
-        the (token, position, encoded row) pairs they would decode, until the next draft or until
-        resumed, which decodes them in one batch: the same inputs at the same positions. The
-        target's hidden rows exist only while its batch is decoded, so their encoding (the fc
-        layer, a small part of the work) is not deferred."""
+        """Decode the target's batches on the draft context (True), or only keep the (token,
+        position, feature row) triples they would decode (the target's rows exist only while its
+        batch is decoded), until the next draft or until resumed, which encodes and decodes them
+        in one batch: the same inputs at the same positions."""
         self.upkeep = bool(on)
 
     def _held(self) -> int:
         """The last position the draft context holds, or will once caught up."""
         return self._deferred[-1][1] if self._deferred else self.ctx.pos_max()
 
-    def _decode_items(self, items: Sequence[tuple[int, int, np.ndarray]]) -> bool:
+    def _decode_items(self, items: Sequence[tuple[int, int, np.ndarray, bool]]) -> bool:
         ctx, b = self.ctx, self.batch
+        raw = [i for i, it in enumerate(items) if it[3]]
+        if raw:
+            try:
+                enc = self._encode(np.stack([items[i][2] for i in raw]))
+            except DecodeError as e:
+                log.warning("draft-eagle3: %s", e)
+                ctx.seq_rm(items[0][1], -1)
+                return False
+            items = list(items)
+            for j, i in enumerate(raw):
+                items[i] = (items[i][0], items[i][1], enc[j], False)
         for start in range(0, len(items), b.n_max):
             b.clear()
-            for tok, pos, g in items[start:start + b.n_max]:
+            for tok, pos, g, _ in items[start:start + b.n_max]:
                 b.add(tok, pos, False, g)
             rc = lc.llama_decode(ctx.ptr, b.b)
             if rc != 0:
@@ -189,8 +203,9 @@ class DraftEagle3(_TargetFed):
         if n == 0:
             return
         ctx = self.ctx
+        raw = not self.upkeep   # paused: the features are kept, encoded when caught up
         try:
-            g = self._encode(self._features(n))
+            g = self._features(n) if raw else self._encode(self._features(n))
         except DecodeError as e:
             log.warning("draft-eagle3: %s", e)
             self.pending_pos = -1
@@ -199,10 +214,10 @@ class DraftEagle3(_TargetFed):
         while self._deferred and self._deferred[-1][1] >= pos0:
             self._deferred.pop()
         pp = self.pending_pos
-        items: list[tuple[int, int, np.ndarray]] = []
+        items: list[tuple[int, int, np.ndarray, bool]] = []
         if pp >= 0 and pp + 1 == pos0 and pp > self._held():
-            items.append((tokens[0], pp, self.pending_g))  # cross-ubatch bridge
-        items.extend((tokens[k + 1], pos0 + k, g[k]) for k in range(n - 1))
+            items.append((tokens[0], pp, self.pending_g, self._pending_raw))  # cross-ubatch bridge
+        items.extend((tokens[k + 1], pos0 + k, g[k], raw) for k in range(n - 1))
         if not self.upkeep or self._deferred:
             # paused: keep what this batch would decode; resumed with a backlog: decode both
             self._deferred.extend(items)
@@ -211,9 +226,21 @@ class DraftEagle3(_TargetFed):
         elif items:
             self._decode_items(items)
         self.verify_pos_first = pos0
-        self.verify_g = g
+        self.verify_g, self._verify_raw = g, raw
         self.pending_pos = pos0 + n - 1
-        self.pending_g = g[n - 1].copy()
+        self.pending_g, self._pending_raw = g[n - 1].copy(), raw
+
+    def _encode_pending(self) -> bool:
+        """Encode the boundary row where it arrived while paused (False: the encode failed)."""
+        if not self._pending_raw:
+            return True
+        try:
+            self.pending_g = self._encode(self.pending_g[None, :])[0].copy()
+        except DecodeError as e:
+            log.warning("draft-eagle3: %s", e)
+            return False
+        self._pending_raw = False
+        return True
 
     def begin(self, prompt: Sequence[int]) -> None:
         n = len(prompt)
@@ -231,6 +258,13 @@ class DraftEagle3(_TargetFed):
             t0 = time.perf_counter()
             try:
                 if not self._catch_up():
+                    return []
+            finally:
+                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+        if self._pending_raw:
+            t0 = time.perf_counter()
+            try:
+                if not self._encode_pending():
                     return []
             finally:
                 self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
@@ -266,7 +300,7 @@ class DraftEagle3(_TargetFed):
             return
         i_g = min(n_accepted, n_rows - 1)
         self.pending_pos = self.verify_pos_first + i_g
-        self.pending_g = self.verify_g[i_g].copy()
+        self.pending_g, self._pending_raw = self.verify_g[i_g].copy(), self._verify_raw
 
     # the deferred boundary only needs stashing for recurrent/hybrid targets: their
     # single-position checkpoints drop it on restore (as in the reference)
@@ -278,7 +312,7 @@ class DraftEagle3(_TargetFed):
             self.set_state_raw(data)
 
     def get_state_raw(self) -> bytes | None:
-        if self.pending_pos < 0:
+        if self.pending_pos < 0 or not self._encode_pending():
             return None
         import struct
         return struct.pack("<i", self.pending_pos) + self.pending_g.astype("<f4").tobytes()
@@ -289,6 +323,7 @@ class DraftEagle3(_TargetFed):
             return
         self.pending_pos = struct.unpack("<i", data[:4])[0]
         self.pending_g = np.frombuffer(data[4:], dtype="<f4").astype(np.float32)
+        self._pending_raw = False
 
     def close(self) -> None:
         self._release_target()
