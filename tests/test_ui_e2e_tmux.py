@@ -172,7 +172,7 @@ def test_killed_mid_reply_the_chat_is_intact_after_a_restart(tmux, tmp_path, def
     tmux.start(_args(default_model_path), pidfile)
     tmux.wait_for(r"ready\s*$")
     tmux.keys("F2")
-    tmux.wait_for("Chats")
+    tmux.wait_for(r"Chats[\s\S]*" + re.escape(prompt[:20]))    # the dialog, with the chat listed
     tmux.keys("Enter")
     screen = tmux.wait_for(r"interrupted")
     assert prompt[:24] in screen

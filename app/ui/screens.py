@@ -315,7 +315,11 @@ class ChatsScreen(ModalScreen[ChatsResult | None]):
     def _selected(self) -> int | None:
         ol = self.query_one(OptionList)
         if ol.highlighted is None:
-            return None
+            # a key pressed before the list was highlighted (Enter right after F2): the row the
+            # list opens on, this chat's or the newest
+            if not self.chats:
+                return None
+            return self.current if any(c.id == self.current for c in self.chats) else self.chats[0].id
         opt = ol.get_option_at_index(ol.highlighted)
         if opt.id in (None, "none"):
             return None
