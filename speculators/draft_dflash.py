@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import time
 from typing import Sequence
 
 import numpy as np
@@ -422,15 +421,9 @@ class DraftDFlash(_TargetFed):
     def draft(self, req: DraftRequest) -> list[int]:
         ctx = self.ctx
         pos0 = req.pos0
-        if self._deferred:
-            # asked while paused (a probe): inject what the pause kept first, timed as the
-            # mirroring it stands for
-            t0 = time.perf_counter()
-            try:
-                if not self._catch_up():
-                    return []
-            finally:
-                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+        # asked while paused (a probe): inject what the pause kept first
+        if self._deferred and not self._as_upkeep(self._catch_up):
+            return []
         n_draft = self.n_max_param
         if n_draft <= 0:
             return []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import time
 from typing import Sequence
 
 import numpy as np
@@ -252,22 +251,11 @@ class DraftEagle3(_TargetFed):
         pp = self.pending_pos
         if pp < 0:
             return []
-        if self._deferred:
-            # asked while paused (a probe): decode what the pause deferred first, timed as the
-            # mirroring it stands for
-            t0 = time.perf_counter()
-            try:
-                if not self._catch_up():
-                    return []
-            finally:
-                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
-        if self._pending_raw:
-            t0 = time.perf_counter()
-            try:
-                if not self._encode_pending():
-                    return []
-            finally:
-                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+        # asked while paused (a probe): decode what the pause deferred first
+        if self._deferred and not self._as_upkeep(self._catch_up):
+            return []
+        if self._pending_raw and not self._as_upkeep(self._encode_pending):
+            return []
         n_max = self.n_max_param if req.n_max < 0 else min(self.n_max_param, req.n_max)
         if n_max <= 0:
             return []

@@ -23,7 +23,6 @@ the MTP cells of the tokens the two batches share.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Sequence
 
 import numpy as np
@@ -270,15 +269,9 @@ class DraftMTP(_TargetFed):
         pos0 = req.pos0
         if pos0 != self.pending_pos:
             return []  # not in step with the target (should not happen)
-        if self._deferred:
-            # asked while paused (a probe): decode what the pause deferred first, timed as the
-            # mirroring it stands for
-            t0 = time.perf_counter()
-            try:
-                if not self._catch_up():
-                    return []
-            finally:
-                self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+        # asked while paused (a probe): decode what the pause deferred first
+        if self._deferred and not self._as_upkeep(self._catch_up):
+            return []
         ctx = self.ctx
         b = self.batch
         n_max = self.n_max_param if req.n_max < 0 else min(self.n_max_param, req.n_max)

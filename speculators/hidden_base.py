@@ -171,6 +171,15 @@ class _TargetFed(Speculator):
     def _process(self, tokens: list[int], pos0: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _as_upkeep(self, work) -> bool:
+        """Run ``work()`` (a paused drafter catching up before it drafts), its time counted as
+        the mirroring it stands for; its result."""
+        t0 = time.perf_counter()
+        try:
+            return bool(work())
+        finally:
+            self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+
     #: the target outputs this drafter switched on (switched off again on close)
     def _output_keys(self) -> list:
         return list(getattr(self, "_keys", []))
