@@ -162,18 +162,14 @@ class _TargetFed(Speculator):
                 pass
 
     def _on_target_decode(self, tokens: Sequence[int], pos0: int) -> None:
-        t0 = time.perf_counter()
-        try:
-            self._process(list(tokens), pos0)
-        finally:
-            self.stats.t_process_us += (time.perf_counter() - t0) * 1e6
+        self._as_upkeep(lambda: self._process(list(tokens), pos0))
 
     def _process(self, tokens: list[int], pos0: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _as_upkeep(self, work) -> bool:
-        """Run ``work()`` (a paused drafter catching up before it drafts), its time counted as
-        the mirroring it stands for; its result."""
+        """Run ``work()`` (mirroring a target batch, or a paused drafter catching up before it
+        drafts), its time counted in ``stats.t_process_us``; its result."""
         t0 = time.perf_counter()
         try:
             return bool(work())
