@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from speculators.controller import ControllerParams
@@ -29,7 +28,7 @@ from tests.hidden_models import (dflash_path, dspark_path, eagle3_path, hidden_m
                                  llama_target_path)
 from tests.predictable_models import (expected_text, write_bigram_target, write_dflash_predictor,
                                       write_eagle3_predictor)
-from tests.stepping import generate_stepwise
+from tests.stepping import DraftRecorder, assert_same_drafts, generate_stepwise, resume_at
 
 N_PREDICT = 64
 RESUME_AT = 24
@@ -60,6 +59,10 @@ def _engine(target: Path, drafter: Path, spec: SpecParams):
     return eng, spec
 
 
+def _caught_up(dr) -> None:
+    assert not dr._deferred          # it drafted from a caught-up context
+
+
 def _run(eng, on_step=None, prompt: str = PROMPT):
     return generate_stepwise(eng, eng.prompt_tokens(text=prompt, raw=True), N_PREDICT,
                              SamplingParams(temperature=0.0), on_step)
@@ -81,24 +84,7 @@ def test_pausing_changes_nothing_of_what_a_fixed_drafter_drafts(which, kind, req
             eng.set_spec(spec.copy())
             dr = eng.chain.speculators[0]
             assert dr.name == kind and dr.can_pause
-            drafts: dict[int, list[int]] = {}
-            first_logits: dict[int, np.ndarray] = {}
-            at = [None]
-            orig_draft, orig_logits = dr.draft, dr.ctx.logits
-
-            def logits(i, orig=orig_logits, at=at, first_logits=first_logits):
-                out = orig(i)
-                if at[0] is not None and at[0] not in first_logits:
-                    first_logits[at[0]] = np.array(out, copy=True)
-                return out
-
-            def logged(req, orig=orig_draft, at=at, drafts=drafts, dr=dr):
-                at[0] = req.pos0
-                out = list(orig(req))
-                drafts[req.pos0] = out
-                assert not dr._deferred                  # it drafted from a caught-up context
-                return out
-            dr.draft, dr.ctx.logits = logged, logits
+            rec = DraftRecorder(dr, lambda req, dr=dr: _caught_up(dr))
             if toggle:
                 dr.set_upkeep(False)            # the prompt's batch too is caught up at the first draft
 
@@ -114,14 +100,11 @@ def test_pausing_changes_nothing_of_what_a_fixed_drafter_drafts(which, kind, req
                 assert s.n_acc_tokens >= 0.9 * s.n_gen_tokens > 0, (s.n_gen_tokens, s.n_acc_tokens)
             expected = res.text if expected is None else expected
             assert res.text == expected                  # lossless: the target's own text
-            runs.append((drafts, first_logits))
+            runs.append(rec)
             if toggle:
                 assert dr.n_catchups > 5 and dr.n_catchup_tokens > dr.n_catchups
-        (d0, l0), (d1, l1) = runs
-        assert d0 == d1 and len(d0) > 5
-        assert sorted(l0) == sorted(l1) and len(l0) > 5
-        worst = max(float(np.max(np.abs(l0[k] - l1[k]))) for k in l0)
-        assert worst <= 2e-4, worst
+        assert len(runs[0].drafts) > 5
+        assert_same_drafts(*runs)
     finally:
         eng.close()
 
@@ -144,13 +127,7 @@ def test_the_controller_pauses_a_drafter_that_does_not_pay_and_resumes_it(kind, 
         eng.set_spec(spec)
         ctl, dr = eng.controller, eng.chain.speculators[0]
         assert ctl is not None and dr.name == kind
-        paused: list[int] = []
-
-        def on_step(n):
-            paused.append(0 if dr.upkeep else 1)
-            if n == RESUME_AT:
-                ctl.cost.curve.t1_s = 10.0
-                ctl.cost.version += 1
+        on_step, paused = resume_at(ctl, dr, RESUME_AT)
         res = _run(eng, on_step)
         assert res.text == expected_text(PROMPT, N_PREDICT), res.text
         assert sum(paused[2:RESUME_AT]) >= RESUME_AT - 4, paused

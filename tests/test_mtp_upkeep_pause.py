@@ -25,7 +25,7 @@ from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
 from tests.hidden_models import hidden_models_dir, qwen35_mtp_path  # noqa: F401 (fixtures)
 from tests.predictable_models import expected_text, write_bigram_qwen35_mtp
-from tests.stepping import generate_stepwise
+from tests.stepping import DraftRecorder, assert_same_drafts, generate_stepwise, resume_at
 
 N_PREDICT = 64
 RESUME_AT = 24
@@ -68,14 +68,7 @@ def test_a_paused_mtp_head_is_caught_up_before_it_drafts_and_stays_lossless(qwen
             drafts.append((req.pos0, out, mtp.ctx.pos_max() == req.pos0 - 1, len(mtp._deferred)))
             return out
         mtp.draft = logged
-        paused: list[int] = []
-
-        def on_step(n):
-            paused.append(0 if mtp.upkeep else 1)
-            if n == RESUME_AT:
-                ctl.cost.curve.t1_s = 10.0      # now any gain is worth it: the head resumes
-                ctl.cost.version += 1
-
+        on_step, paused = resume_at(ctl, mtp, RESUME_AT)     # then any gain is worth it: it resumes
         res = _run(eng, on_step)
         assert res.text == expected_text(PROMPT, N_PREDICT), res.text           # the target's own
         assert sum(paused[2:RESUME_AT]) >= RESUME_AT - 4, paused                # paused while it did not pay
@@ -101,7 +94,6 @@ def test_pausing_changes_nothing_of_what_a_fixed_mtp_drafts(which, request):
     the head drafts exactly what an always-mirroring head drafts at every position, from the
     same logits. The random-weight head's logits depend on the cells the catch-up decoded (rows
     paired one position off move them by ~1e-3), the bigram head's drafts are accepted."""
-    import numpy as np
 
     from speculators.engine import Engine, EngineConfig
     path = request.getfixturevalue("qwen35" if which == "bigram" else "qwen35_mtp_path")
@@ -112,23 +104,7 @@ def test_pausing_changes_nothing_of_what_a_fixed_mtp_drafts(which, request):
         for toggle in (False, True):
             eng.set_spec(SpecParams.from_types("draft-mtp"))
             mtp = eng.chain.speculators[0]
-            drafts: dict[int, list[int]] = {}
-            first_logits: dict[int, np.ndarray] = {}
-            at = [None]
-            orig_draft, orig_logits = mtp.draft, mtp.ctx.logits
-
-            def logits(i, orig=orig_logits, at=at, first_logits=first_logits):
-                out = orig(i)
-                if at[0] is not None and at[0] not in first_logits:
-                    first_logits[at[0]] = np.array(out, copy=True)
-                return out
-
-            def logged(req, orig=orig_draft, at=at, drafts=drafts):
-                at[0] = req.pos0
-                out = list(orig(req))
-                drafts[req.pos0] = out
-                return out
-            mtp.draft, mtp.ctx.logits = logged, logits
+            rec = DraftRecorder(mtp)
             if toggle:
                 mtp.set_upkeep(False)           # the prompt's batch too is caught up at the first draft
 
@@ -140,14 +116,10 @@ def test_pausing_changes_nothing_of_what_a_fixed_mtp_drafts(which, request):
                 assert res.text == expected_text(PROMPT, N_PREDICT)
             expected = res.text if expected is None else expected
             assert res.text == expected
-            runs.append((drafts, first_logits))
+            runs.append(rec)
             if toggle:
                 assert mtp.n_catchups > 5 and mtp.n_catchup_tokens > mtp.n_catchups
-        (d0, l0), (d1, l1) = runs
-        assert sum(len(d) for d in d0.values()) > 20
-        assert d0 == d1
-        assert sorted(l0) == sorted(l1) and len(l0) > 5
-        worst = max(float(np.max(np.abs(l0[k] - l1[k]))) for k in l0)
-        assert worst <= 2e-4, worst
+        assert sum(len(d) for d in runs[0].drafts.values()) > 20
+        assert_same_drafts(*runs)
     finally:
         eng.close()

@@ -24,7 +24,7 @@ from speculators.params import DraftParams, SpecParams
 from speculators.sampling import SamplingParams
 
 from .lossless import check_lossless
-from .stepping import generate_stepwise
+from .stepping import generate_stepwise, resume_at
 
 GREEDY = SamplingParams(temperature=0.0)
 MAX_TOKENS = 96
@@ -84,14 +84,8 @@ def test_paused_and_resumed_draft_model_is_lossless_and_caught_up(f16_engine, q2
         ctl = eng.controller
         assert ctl is not None and "draft-simple" in [s.name for s in eng.chain.speculators]
         ds, log = _log_drafts(eng)
-        paused: list[int] = []
-
-        def on_step(n):
-            paused.append(0 if ds.upkeep else 1)
-            if n == RESUME_AT:
-                # the one-token step turns slow: the draft model is worth its upkeep now
-                ctl.cost.curve.t1_s = 10.0
-                ctl.cost.version += 1
+        # the one-token step turns slow at RESUME_AT: the draft model is worth its upkeep then
+        on_step, paused = resume_at(ctl, ds, RESUME_AT)
         got = _generate(eng, prompt, on_step)
         check_lossless(eng, prompt, expected, got.tokens)
 
