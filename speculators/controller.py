@@ -21,7 +21,14 @@ The two things it weighs:
   tokens in a row its proposals have predicted), not of the draft: a
   draft that continues a copied passage 20 tokens in is read at
   positions 21, 22, ..., where acceptance is high, while the first
-  token after a miss is read at position 1, where it is low.
+  token after a miss is read at position 1, where it is low. The
+  context itself says how deep a copy is before any draft was scored:
+  where the tokens just written (and the draft's first token) repeat an
+  earlier passage for ``m`` tokens, the draft is read at least
+  ``m - MATCH_SLACK`` positions in (:func:`suffix_match`), and a
+  lookup drafter's deep positions start from the rule of succession,
+  ``(d + q_0) / (d + 1)`` after ``d`` confirmed tokens: a copy in the
+  prompt is drafted long from the first step of a fresh chain.
 
 A draft of ``k`` tokens yields ``E_k = 1 + q_1 + q_1 q_2 + ...`` tokens for
 ``c(k)`` steps of time; plain decoding yields 1 per step. The controller
@@ -60,7 +67,7 @@ A worked example with a scripted speculator and a scripted cost curve::
     ...     pos += len(ids)
     ...     emitted.append(len(d.draft))
     >>> emitted                  # learns from an unverified draft first, then drafts longer
-    [0, 2, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
+    [0, 3, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
 """
 
 from __future__ import annotations
@@ -72,10 +79,62 @@ from typing import Any, Callable, Sequence
 
 from .base import DraftRequest, Speculator
 from .costcurve import CostCurve, mark_stale
+from .ngram_simple import TokenHistory
 from .types import MODEL_TYPES
 
 #: positions tracked separately; deeper positions share the last one
 TRACK = 32
+#: a lookup draft whose context repeats an earlier passage for ``m`` tokens (its first draft
+#: token included) is read ``m - MATCH_SLACK`` positions into a run: a 4-token match is what a
+#: lookup key finds by chance in ordinary text (the default model, greedy, bench/prompts.txt
+#: and chat-questions.txt: the next token repeated the earlier passage's 34-53 % of the time
+#: after a 4-5 token match, 97-100 % after 6 or more)
+MATCH_SLACK = 4
+#: a context match this much deeper than the slack lets cold lookup drafters be asked (and a
+#: fresh chain's first proposal be verified) at once
+MATCH_ASK = 4
+#: the longest match looked for
+MATCH_CAP = TRACK + MATCH_SLACK
+#: a lookup drafter's acceptance at run position ``d`` starts from ``(d + a q_0) / (d + a)``
+#: with this ``a`` (1: Laplace's rule of succession)
+RUN_PRIOR_A = 1.0
+
+
+def suffix_match(hist: Any, last: int, nxt: int | None = None, cap: int = MATCH_CAP) -> int:
+    """How many tokens at the end of ``hist + [last]`` repeat an earlier passage of it.
+
+    With ``nxt``: only passages followed by ``nxt`` count (the match a draft starting with
+    ``nxt`` continues). ``hist`` is an int numpy array; at most ``cap`` is returned.
+
+    >>> import numpy as np
+    >>> h = np.array([5, 6, 7, 8, 9, 5, 6, 7])
+    >>> suffix_match(h, 8), suffix_match(h, 8, nxt=9), suffix_match(h, 8, nxt=1), suffix_match(h, 4)
+    (4, 4, 0, 0)
+    >>> suffix_match(h, 8, cap=2)
+    2
+    """
+    import numpy as np
+    n = len(hist)
+    if n == 0:
+        return 0
+    if nxt is None:
+        cand = np.flatnonzero(hist == last)
+    else:
+        cand = np.flatnonzero((hist[:-1] == last) & (hist[1:] == nxt))
+        if hist[-1] == last and last == nxt:
+            cand = np.append(cand, n - 1)
+    if not cand.size:
+        return 0
+    m = 1
+    while m < cap:
+        cand = cand[cand >= m]
+        if not cand.size:
+            break
+        cand = cand[hist[cand - m] == hist[n - m]]
+        if not cand.size:
+            break
+        m += 1
+    return m
 #: steps timed before a cached cost curve is checked against them, and how much slower its
 #: one-token time may be before it counts as measured under load
 STALE_CHECK_STEPS = 24
@@ -135,13 +194,25 @@ class AcceptanceModel:
     2.0312
     >>> [round(q, 3) for q in m.rates(2, depth=1)]  # a draft continuing a run one token in
     [0.375, 0.375]
+
+    A lookup drafter's positions count along its run (``run_prior``): position ``d`` starts
+    from no less than the rule of succession after ``d`` confirmed tokens,
+    ``(d + prior) / (d + 1)``; what is observed there moves it as before:
+
+    >>> r = AcceptanceModel(decay=1.0, prior=0.15, run_prior=True)
+    >>> [round(q, 3) for q in r.rates(3)], [round(q, 3) for q in r.rates(2, depth=19)]
+    ([0.15, 0.575, 0.717], [0.957, 0.96])
+    >>> r.new_draft(); r.observe(19, False); round(r.rates(1, depth=19)[0], 3)   # (0 + .9575) / 2
+    0.479
     """
 
-    def __init__(self, decay: float = 0.9, prior: float = 0.15, weight: float = 1.0, streak_weight: float = 0.5):
+    def __init__(self, decay: float = 0.9, prior: float = 0.15, weight: float = 1.0, streak_weight: float = 0.5,
+                 run_prior: bool = False):
         self.decay = decay
         self.prior = prior
         self.weight = weight
         self.streak_weight = streak_weight
+        self.run_prior = run_prior
         self.tries = [0.0] * TRACK
         self.hits = [0.0] * TRACK
         #: first-position counts by the previous first-position outcome (0: missed, 1: hit):
@@ -187,8 +258,10 @@ class AcceptanceModel:
         many positions in (the rates from ``q_(depth+1)`` on).
         """
         if self._rates is None:
-            out, prev, w = [], self.prior, self.weight
-            for t, h in zip(self.tries, self.hits):
+            out, prev, w, p0 = [], self.prior, self.weight, self.prior
+            for i, (t, h) in enumerate(zip(self.tries, self.hits)):
+                if self.run_prior and i:
+                    prev = max(prev, (i + RUN_PRIOR_A * p0) / (i + RUN_PRIOR_A))
                 prev = (h + w * prev) / (t + w)
                 out.append(prev)
             if self.last_first is not None:
@@ -229,8 +302,9 @@ class _Record:
 class _SpecState:
     def __init__(self, spec: Speculator, params: ControllerParams):
         self.spec = spec
-        self.model = AcceptanceModel(params.decay, params.prior_accept, params.prior_weight)
         self.expensive = spec.type in MODEL_TYPES
+        self.model = AcceptanceModel(params.decay, params.prior_accept, params.prior_weight,
+                                     run_prior=not self.expensive)
         self.record: _Record | None = None
         self.next_probe = 0
         self.probe_every = params.probe_every
@@ -549,6 +623,8 @@ class Controller:
         self._out: list[int] = []
         self._started = False
         self._snap_version = -1
+        #: the context as a numpy array, for :func:`suffix_match`
+        self._hist = TokenHistory()
         self._refresh_stats()
 
     # -- cost (delegated to the shared cost model) ---------------------------------
@@ -744,18 +820,24 @@ class Controller:
             s.last_reason = dec.reason
             return dec
         thr = 1.0 + p.margin
-        cands: list[tuple[float, int, _SpecState, list[int], bool]] = []
-        shadows: list[tuple[_SpecState, list[int]]] = []
+        cands: list[tuple[float, int, _SpecState, list[int], bool, int]] = []
+        shadows: list[tuple[_SpecState, list[int], int]] = []
         asked = 0
+        hist, m_ctx = None, 0
         for spec in self.chain.speculators:
             st = self.states.get(id(spec))
             if st is None:
                 st = self._state(spec)
             per = st.per or self._bind(st)
             depth = self._depth(st, req.pos0 + 1)
+            if st.by_run:
+                if hist is None:
+                    hist = self._hist.sync(req.prompt)[1]
+                    m_ctx = suffix_match(hist, int(req.id_last))
+                depth = max(depth, m_ctx - MATCH_SLACK)
             k_pot, g_pot = self._potential(st, n_max, depth)
             st.potential = g_pot
-            active = g_pot >= thr and st.model.n_observed > 0.0
+            active = g_pot >= thr and (st.model.n_observed > 0.0 or depth >= MATCH_ASK)
             probe = False
             if st.expensive:
                 # a drafter's upkeep runs while it pays (and until it is measured, unless it
@@ -808,22 +890,26 @@ class Controller:
                 st.run = 0
                 continue
             draft = draft[:n_ask]
+            if st.by_run:
+                # how deep into a repeated passage this draft's own match is
+                depth = max(self._depth(st, req.pos0 + 1),
+                            suffix_match(hist, int(req.id_last), int(draft[0])) - MATCH_SLACK)
             # drafting is paid now: only the verify cost decides the cut
             k, g = self._best_cut(st, len(draft), depth=depth)
-            if st.model.n_observed <= 0.0 and not probe:
+            if st.model.n_observed <= 0.0 and not probe and depth < MATCH_ASK:
                 g = 0.0   # nothing known of this drafter yet: its first proposal is scored unverified
             if probe or g >= thr:
-                cands.append((g if not probe else 0.0, k if not probe else len(draft), st, draft, probe))
+                cands.append((g if not probe else 0.0, k if not probe else len(draft), st, draft, probe, depth))
             else:
-                shadows.append((st, draft))
+                shadows.append((st, draft, depth))
         chosen = None
         if cands:
             cands.sort(key=lambda c: (c[4], -c[0]))   # real candidates first, best gain first
             chosen = cands[0]
             for c in cands[1:]:
-                shadows.append((c[2], c[3]))
-        for st, draft in shadows:
-            self._open_record(st, draft, req.pos0 + 1)
+                shadows.append((c[2], c[3], c[5]))
+        for st, draft, depth in shadows:
+            self._open_record(st, draft, req.pos0 + 1, depth)
             s.n_shadow += 1
             st.per["shadow"] += 1
             if chosen is None:
@@ -832,7 +918,7 @@ class Controller:
             if shadows:
                 s.n_skipped += 1
                 dec.reason = "skipped"
-                dec.n_proposed = max(len(d) for _, d in shadows)
+                dec.n_proposed = max(len(d) for _, d, _ in shadows)
             elif asked:
                 s.n_no_proposal += 1
                 dec.reason = "no_proposal"
@@ -841,10 +927,10 @@ class Controller:
                 dec.reason = "not_asked"
             s.last_reason = dec.reason
             return dec
-        g, k, st, draft, probe = chosen
+        g, k, st, draft, probe, depth = chosen
         per = st.per
         verified = draft[:k]
-        self._open_record(st, draft, req.pos0 + 1)
+        self._open_record(st, draft, req.pos0 + 1, depth)
         self.chain.commit(st.spec, verified, len(draft))
         s.n_drafted += 1
         per["verified"] += 1
@@ -864,9 +950,9 @@ class Controller:
         s.last_reason = dec.reason
         return dec
 
-    def _open_record(self, st: _SpecState, draft: Sequence[int], start: int) -> None:
+    def _open_record(self, st: _SpecState, draft: Sequence[int], start: int, depth: int) -> None:
         st.model.new_draft()
-        st.record = _Record([int(t) for t in draft], start, depth0=self._depth(st, start))
+        st.record = _Record([int(t) for t in draft], start, depth0=depth)
         self._score(st)
 
     def _score(self, st: _SpecState) -> None:

@@ -593,3 +593,42 @@ def test_under_the_controller_ngram_simple_looks_up_a_short_key_unless_one_is_se
     p = SpecParams.auto()
     p.ngram_simple.size_n = 7
     assert size(p) == 7
+
+
+class Lookup(Speculator):
+    """A lookup drafter over a scripted context: proposes ``draft(context)``."""
+
+    def __init__(self, draft, n=64):
+        super().__init__(n)
+        self.type = SpecType.NGRAM_SIMPLE
+        self._draft = draft
+
+    def draft(self, req):
+        return self._draft(list(req.prompt) + [req.id_last])
+
+
+def test_a_prompt_that_ends_inside_a_repeated_passage_is_drafted_long_at_the_first_step():
+    # the prompt holds a passage, then starts it again (a pasted text, "repeat it"): the
+    # context's own repetition says how deep into the copy the reply is, before any draft was
+    # scored -- a fresh controller verifies a long draft at once (it used to score the first
+    # proposal unverified, then draft 1, 3, ... tokens)
+    passage = list(range(2000, 2100))
+    prompt = passage + [7, 7] + passage[:40]
+    lookup = Lookup(lambda ctx: passage[40:40 + 64] if ctx[-40:] == passage[:40] else [])
+    ctl = controller(lookup, curve=cpu_like())
+    ctl.begin()
+    d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
+    assert d.reason in ("drafted", "cut") and len(d.draft) >= 16, (d.reason, len(d.draft))
+
+
+def test_a_short_accidental_match_is_not_trusted_before_anything_is_known():
+    # ordinary text: the last four tokens happen to occur earlier (a lookup key's chance match);
+    # the proposal is scored, not verified, as before
+    text = list(range(3000, 3060))
+    prompt = text + text[10:14]
+    lookup = Lookup(lambda ctx: [WRONG] * 16)
+    ctl = controller(lookup, curve=cpu_like())
+    ctl.begin()
+    d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
+    assert d.draft == [] and d.reason == "skipped"
+
