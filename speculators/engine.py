@@ -481,6 +481,9 @@ class Engine:
         replay: list[int] = []
         replay_by: str | None = None
         replay_n_draft = 0
+        #: the restored step's decision and outcome, and its seconds so far: the controller is
+        #: told once the replay is done, with the checkpoint's save, restore and replay in its time
+        replay_obs: tuple | None = None
         partial = model.is_hybrid or model.is_recurrent
         ckpt = None
 
@@ -518,13 +521,15 @@ class Engine:
                 drafter = chain.last_drafter if draft else None
                 if draft:
                     stats.n_drafted += len(draft)
+                t_step = time.perf_counter()   # a drafted step's checkpoint is part of its cost
                 if draft and self._needs_step_ckpt(len(draft)):
                     # one buffer for every step's checkpoint (it lives until the step is accepted)
                     ckpt = self._step_ckpt = ctx.state_get(partial=partial, into=self._step_ckpt)
             batch = [id_last] + draft
             # the sampler as it was before the verify, for a restore (llama-server's smpl_save)
             smpl_save = sampler.save() if ckpt is not None and draft else None
-            t_step = time.perf_counter()
+            if is_replay:
+                t_step = time.perf_counter()
             try:
                 ctx.decode(batch, n_past, logits="all" if draft else "last")
             except ContextFull:
@@ -539,9 +544,14 @@ class Engine:
             else:
                 ids = sampler.sample_and_accept_n(ctx, range(len(batch)), draft)
             n_rollback = len(batch) - len(ids)
-            if ctrl is not None and not is_replay:
-                ctrl.observe(dec, ids, time.perf_counter() - t_step)
-            if n_rollback > 0 and ckpt is not None and self._needs_step_ckpt(n_rollback):
+            restore = n_rollback > 0 and ckpt is not None and self._needs_step_ckpt(n_rollback)
+            if ctrl is not None and not restore:
+                if not is_replay:
+                    ctrl.observe(dec, ids, time.perf_counter() - t_step)
+                elif replay_obs is not None:
+                    ctrl.observe(replay_obs[0], replay_obs[1], replay_obs[2] + time.perf_counter() - t_step)
+                    replay_obs = None
+            if restore:
                 # restore the step's checkpoint; the accepted tokens are replayed next
                 ctx.state_set(ckpt, partial=partial)
                 ctx.seq_rm(n_past, -1)
@@ -549,6 +559,10 @@ class Engine:
                 self.kv_tokens = list(history)
                 if not is_replay:
                     replay_by, replay_n_draft = drafter, len(draft)
+                if ctrl is not None:
+                    spent = time.perf_counter() - t_step
+                    replay_obs = (dec, ids, spent) if not is_replay or replay_obs is None else \
+                        (replay_obs[0], replay_obs[1], replay_obs[2] + spent)
                 replay = ids
                 continue
             Sampler.drop(smpl_save)
