@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Automatic against every fixed type on a mixed chat: pasted text, quotes and edits of it, beside
+fresh questions.
+
+    python tools/bench_mixed.py [-m MODEL] [-n 160] [--rounds 3] [-t 2] [--spec-type T ...]
+
+Plays the same multi-turn conversation (``TURNS``) once per configuration and round, the way
+the chat does: the whole conversation rendered with the model's template every turn, one
+speculator chain for the whole conversation (so the lookup drafters learn from earlier turns),
+greedy replies of at most ``-n`` tokens. So that every configuration answers the same prompts,
+the conversation's history holds ``none``'s replies (played first); each configuration's own
+reply to a turn is what is timed. Configurations run interleaved, round by round. Prints per
+configuration the tokens/s over the whole conversation (the fastest round, and the median), the
+ratio to ``none``, whether its replies equal ``none``'s, and ``auto`` over the fastest fixed
+type (the issue's stretch target: 1.15).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+STORY = ("The lighthouse keeper climbed the hundred and twelve steps every evening at dusk. He carried a "
+         "can of oil, a cloth, and a small notebook in which he wrote the weather, the ships he saw, and "
+         "the colour of the sea. In winter the wind pressed against the glass so hard that the whole "
+         "tower seemed to hum, and in summer the gulls nested on the gallery rail.")
+CODE = ("def average(values):\n    total = 0\n    for v in values:\n        total += v\n"
+        "    return total / len(values)\n")
+
+#: the person's messages, in order
+TURNS = [
+    f"Here is a paragraph from my story:\n\n{STORY}\n\nSummarize it in one sentence.",
+    "Quote the first sentence of my paragraph exactly.",
+    "What is the capital of France?",
+    f"This function crashes on an empty list:\n\n{CODE}\nRewrite it so that it returns 0 for an empty list.",
+    "Repeat my paragraph exactly, but write 'windmill' instead of 'lighthouse'.",
+    "Name three colours of the rainbow.",
+    "Copy the original function exactly as I wrote it.",
+    "What did the keeper carry? Answer in a few words.",
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model")
+    ap.add_argument("-n", type=int, default=160)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--spec-type", action="append", default=None,
+                    help="configurations besides none (default: auto and the five n-gram types)")
+    a = ap.parse_args()
+
+    from app.options import ModelOptions
+    from app.runtime import open_engine
+    from speculators.params import SpecParams
+    from speculators.sampling import SamplingParams
+    from speculators.types import NGRAM_TYPES, PRIORITY
+
+    eng = open_engine(ModelOptions(model=a.model, threads=a.threads), SpecParams())
+    stop = tuple(eng.template.stop_strings)
+    greedy = SamplingParams(temperature=0.0)
+    configs = ["none"] + (a.spec_type or ["auto"] + [t.value for t in PRIORITY if t in NGRAM_TYPES])
+
+    def spec(name: str) -> SpecParams:
+        return SpecParams() if name == "none" else SpecParams.auto() if name == "auto" else \
+            SpecParams.from_types(name)
+
+    def play(name: str, history: list[str] | None) -> tuple[int, float, list[str]]:
+        """The conversation under ``name`` (history: none's replies); (tokens, seconds, replies)."""
+        eng.set_spec(spec(name))         # a fresh chain for the conversation, as a new chat
+        messages: list[dict] = []
+        n_tok, secs, replies = 0, 0.0, []
+        for i, text in enumerate(TURNS):
+            messages.append({"role": "user", "content": text})
+            r = eng.run(eng.prompt_tokens(messages), max_tokens=a.n, sampling=greedy, stop=stop)
+            n_tok += max(0, r.stats.n_generated - 1)
+            secs += r.stats.t_gen_s
+            replies.append(r.text)
+            messages.append({"role": "assistant", "content": (history[i] if history is not None else r.text).strip()})
+        return n_tok, secs, replies
+
+    _, _, reference = play("none", None)
+    runs: dict[str, list[float]] = {c: [] for c in configs}
+    same: dict[str, bool] = {c: True for c in configs}
+    tokens: dict[str, int] = {}
+    for rnd in range(a.rounds):
+        order = configs if rnd % 2 == 0 else configs[::-1]
+        for c in order:
+            n, s, replies = play(c, reference)
+            runs[c].append(n / s if s else 0.0)
+            tokens[c] = n
+            same[c] &= [x.strip() for x in replies] == [x.strip() for x in reference]
+            print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s", file=sys.stderr, flush=True)
+    base = max(runs["none"])
+    print(f"{'config':<14} {'tok/s best':>10} {'median':>8} {'x none':>7} {'tokens':>7}  same as none")
+    for c in configs:
+        print(f"{c:<14} {max(runs[c]):10.1f} {statistics.median(runs[c]):8.1f} {max(runs[c]) / base:7.2f} "
+              f"{tokens[c]:7d}  {'yes' if same[c] else 'no'}")
+    fixed = [c for c in configs if c not in ("none", "auto")]
+    if "auto" in runs and fixed:
+        best = max(fixed, key=lambda c: max(runs[c]))
+        print(f"auto / fastest fixed type ({best}): {max(runs['auto']) / max(runs[best]):.2f} "
+              f"(medians: {statistics.median(runs['auto']) / statistics.median(runs[best]):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
