@@ -88,7 +88,7 @@ TRACK = 32
 #: token included) is read ``m - MATCH_SLACK`` positions into a run: a 4-token match is what a
 #: lookup key finds by chance in ordinary text (the default model, greedy, bench/prompts.txt
 #: and chat-questions.txt: the next token repeated the earlier passage's 34-53 % of the time
-#: after a 4-5 token match, 97-100 % after 6 or more)
+#: after a 4-5 token match, 89-100 % after 6 or more)
 MATCH_SLACK = 4
 #: a context match this much deeper than the slack lets cold lookup drafters be asked (and a
 #: fresh chain's first proposal be verified) at once
@@ -135,6 +135,8 @@ def suffix_match(hist: Any, last: int, nxt: int | None = None, cap: int = MATCH_
             break
         m += 1
     return m
+
+
 #: steps timed before a cached cost curve is checked against them, and how much slower its
 #: one-token time may be before it counts as measured under load
 STALE_CHECK_STEPS = 24
