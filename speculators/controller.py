@@ -94,7 +94,7 @@ MATCH_SLACK = 4
 #: fresh chain's first proposal be verified) at once
 MATCH_ASK = 4
 #: the longest match looked for
-MATCH_CAP = TRACK + MATCH_SLACK
+MATCH_CAP = 128
 #: a lookup drafter's acceptance at run position ``d`` starts from ``(d + a q_0) / (d + a)``
 #: with this ``a`` (1: Laplace's rule of succession)
 RUN_PRIOR_A = 1.0
@@ -206,6 +206,12 @@ class AcceptanceModel:
     ([0.15, 0.575, 0.717], [0.957, 0.96])
     >>> r.new_draft(); r.observe(19, False); round(r.rates(1, depth=19)[0], 3)   # (0 + .9575) / 2
     0.479
+
+    Past the last tracked position (``TRACK``) a run's positions share that position's counts,
+    each from its own floor: 100 tokens into a copy, ``(99 + .15) / 100``:
+
+    >>> round(r.rates(1, depth=99)[0], 4), len(r.rates(40, depth=10))
+    (0.9915, 40)
     """
 
     def __init__(self, decay: float = 0.9, prior: float = 0.15, weight: float = 1.0, streak_weight: float = 0.5,
@@ -271,10 +277,20 @@ class AcceptanceModel:
                 out[0] = (self.hits1[s] + ws * out[0]) / (self.tries1[s] + ws)
             self._rates = out
         r = self._rates
-        d = min(max(depth, 0), TRACK - 1)
+        d = max(depth, 0)
         if d + k <= TRACK:
             return r[d:d + k]
-        return r[d:] + [r[-1]] * (d + k - TRACK)
+        if not self.run_prior:
+            d = min(d, TRACK - 1)
+            return r[d:] + [r[-1]] * (d + k - TRACK)
+        # a run's positions past the last tracked one share its counts, each from its own
+        # succession floor (what is observed that deep still moves them all)
+        last = TRACK - 1
+        t, h, w, p0, below = self.tries[last], self.hits[last], self.weight, self.prior, r[last - 1]
+        out = r[d:] if d < TRACK else []
+        for i in range(max(d, TRACK), d + k):
+            out.append((h + w * max(below, (i + RUN_PRIOR_A * p0) / (i + RUN_PRIOR_A))) / (t + w))
+        return out
 
     def expected_tokens(self, k: int, depth: int = 0) -> list[float]:
         """E_1..E_k: tokens a verify step yields with a draft of 1..k tokens (starting
