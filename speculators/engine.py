@@ -545,12 +545,6 @@ class Engine:
                 ids = sampler.sample_and_accept_n(ctx, range(len(batch)), draft)
             n_rollback = len(batch) - len(ids)
             restore = n_rollback > 0 and ckpt is not None and self._needs_step_ckpt(n_rollback)
-            if ctrl is not None and not restore:
-                if not is_replay:
-                    ctrl.observe(dec, ids, time.perf_counter() - t_step)
-                elif replay_obs is not None:
-                    ctrl.observe(replay_obs[0], replay_obs[1], replay_obs[2] + time.perf_counter() - t_step)
-                    replay_obs = None
             if restore:
                 # restore the step's checkpoint; the accepted tokens are replayed next
                 ctx.state_set(ckpt, partial=partial)
@@ -559,10 +553,15 @@ class Engine:
                 self.kv_tokens = list(history)
                 if not is_replay:
                     replay_by, replay_n_draft = drafter, len(draft)
-                if ctrl is not None:
-                    spent = time.perf_counter() - t_step
-                    replay_obs = (dec, ids, spent) if not is_replay or replay_obs is None else \
-                        (replay_obs[0], replay_obs[1], replay_obs[2] + spent)
+            # the decided step (a replay continues the one it replays) and its seconds so far:
+            # told to the controller when no restore follows
+            told = replay_obs if is_replay else (dec, ids, 0.0) if ctrl is not None else None
+            if told is not None:
+                spent = told[2] + time.perf_counter() - t_step
+                replay_obs = (told[0], told[1], spent) if restore else None
+                if not restore:
+                    ctrl.observe(told[0], told[1], spent)
+            if restore:
                 replay = ids
                 continue
             Sampler.drop(smpl_save)
