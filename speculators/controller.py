@@ -77,12 +77,15 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .base import DraftRequest, Speculator
 from .costcurve import CostCurve, mark_stale
 from .ngram_simple import TokenHistory
 from .types import MODEL_TYPES
 
-#: positions tracked separately; deeper positions share the last one
+#: positions tracked separately; deeper positions share the last one (a lookup run's, each
+#: from its own floor: :meth:`AcceptanceModel.rates`)
 TRACK = 32
 #: a lookup draft whose context repeats an earlier passage for ``m`` tokens (its first draft
 #: token included) is read ``m - MATCH_SLACK`` positions into a run: a 4-token match is what a
@@ -100,7 +103,7 @@ MATCH_CAP = 128
 RUN_PRIOR_A = 1.0
 
 
-def suffix_match(hist: Any, last: int, nxt: int | None = None, cap: int = MATCH_CAP) -> int:
+def suffix_match(hist: np.ndarray, last: int, nxt: int | None = None, cap: int = MATCH_CAP) -> int:
     """How many tokens at the end of ``hist + [last]`` repeat an earlier passage of it.
 
     With ``nxt``: only passages followed by ``nxt`` count (the match a draft starting with
@@ -113,7 +116,6 @@ def suffix_match(hist: Any, last: int, nxt: int | None = None, cap: int = MATCH_
     >>> suffix_match(h, 8, cap=2)
     2
     """
-    import numpy as np
     n = len(hist)
     if n == 0:
         return 0
@@ -847,7 +849,7 @@ class Controller:
             if st is None:
                 st = self._state(spec)
             per = st.per or self._bind(st)
-            depth = self._depth(st, req.pos0 + 1)
+            depth = run_depth = self._depth(st, req.pos0 + 1)
             if st.by_run:
                 if hist is None:
                     hist = self._hist.sync(req.prompt)[1]
@@ -910,8 +912,7 @@ class Controller:
             draft = draft[:n_ask]
             if st.by_run:
                 # how deep into a repeated passage this draft's own match is
-                depth = max(self._depth(st, req.pos0 + 1),
-                            suffix_match(hist, int(req.id_last), int(draft[0])) - MATCH_SLACK)
+                depth = max(run_depth, suffix_match(hist, int(req.id_last), int(draft[0])) - MATCH_SLACK)
             # drafting is paid now: only the verify cost decides the cut
             k, g = self._best_cut(st, len(draft), depth=depth)
             if st.model.n_observed <= 0.0 and not probe and depth < MATCH_ASK:
