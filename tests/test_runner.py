@@ -171,8 +171,11 @@ def _is_runner(pid: int) -> bool:
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        with open(task / "children") as f:
-            out += [int(x) for x in f.read().split()]
+        try:
+            with open(task / "children") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:    # the thread ended between listing and reading
+            continue
     return out
 
 

@@ -255,9 +255,16 @@ def test_a_small_context_keeps_chatting_past_its_limit(tmux, tmp_path, default_m
 def _runner_pid(app_pid: int) -> int:
     """The app's model runner: its child process running app.runner_child."""
     for task in Path(f"/proc/{app_pid}/task").glob("*"):
-        for kid in (task / "children").read_text().split():
-            if b"app.runner_child" in Path(f"/proc/{kid}/cmdline").read_bytes():
-                return int(kid)
+        try:
+            kids = (task / "children").read_text().split()
+        except FileNotFoundError:    # the thread ended between listing and reading
+            continue
+        for kid in kids:
+            try:
+                if b"app.runner_child" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                    return int(kid)
+            except FileNotFoundError:
+                continue
     raise AssertionError("the app has no model runner process")
 
 
