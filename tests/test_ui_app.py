@@ -7,6 +7,7 @@ real engine is exercised by the end-to-end test (tests/test_ui_e2e_tmux.py).
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from app import config as config_mod
@@ -759,6 +760,74 @@ async def test_where_the_model_takes_every_core_a_streaming_reply_paints_a_few_t
         assert max(k for _, k in paints) > 1      # tokens came together
         foot = str(view.foot.render())
         assert "writing" not in foot and f"{n} tok" in foot
+
+
+async def test_where_the_model_takes_every_core_a_costly_paint_paints_less_often():
+    """Each paint's cycle is timed on the UI thread's CPU clock: where a paint costs 6 ms, the
+    next waits until that is UI_CPU_SHARE of the time since (capped at PAINT_EVERY_MAX_S), so
+    the UI thread takes about that share of a core from the model's threads."""
+    from types import SimpleNamespace
+    n = 400
+    script = [(None, [f" w{i}"]) for i in range(n)]
+    app, engine = make_app(script, spec="", tokens_per_s=200)
+    engine.ctx = SimpleNamespace(n_threads=usable_cores())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        assert app.send("go")
+        await until(pilot, lambda: len(app._views()) == 2)
+        view = app._views()[-1]
+        original = view.add_tokens
+        paints: list[float] = []
+
+        def costly(tokens, times=None):
+            paints.append(time.monotonic())
+            t0 = time.thread_time()
+            while time.thread_time() - t0 < 0.006:     # a slow frame: 6 ms of the UI thread's CPU
+                pass
+            original(tokens, times)
+        view.add_tokens = costly
+        await until(pilot, lambda: app.job is None, timeout=20)
+        await pilot.pause(0.2)
+        assert view.text == "".join(t for _, toks in script for t in toks).lstrip()
+        gaps = [b - a for a, b in zip(paints[2:-1], paints[3:-1])]   # once the cost is known
+        assert len(gaps) >= 3
+        expected = min(app.PAINT_EVERY_MAX_S, 0.006 / app.UI_CPU_SHARE)
+        assert expected > 2 * app.PAINT_EVERY_CONTENDED_S
+        assert statistics.median(gaps) >= 0.8 * expected, gaps
+
+
+async def test_where_the_model_takes_every_core_a_streaming_reply_grows_a_few_lines_at_a_time():
+    """While it streams, the reply's height grows RESERVE_LINES_CONTENDED lines at a time (a
+    new line within them repaints that line, no layout of the screen) and the prompt's cursor
+    holds still; at the end the reply is as tall as its text and the cursor blinks again."""
+    from types import SimpleNamespace
+    n = 300
+    script = [(None, [f" word{i}"]) for i in range(n)]
+    app, engine = make_app(script, spec="", tokens_per_s=150)
+    engine.ctx = SimpleNamespace(n_threads=usable_cores())
+    async with app.run_test(size=(60, 40)) as pilot:
+        await ready(pilot, app)
+        prompt = app.query_one(PromptInput)
+        assert prompt.cursor_blink
+        assert app.send("go")
+        await until(pilot, lambda: len(app._views()) == 2)
+        view = app._views()[-1]
+        step = app.RESERVE_LINES_CONTENDED
+        seen: set[tuple[int, int]] = set()
+        while app.job is not None:
+            await pilot.pause(0.05)
+            body = view.body
+            if app.job is not None and body._lines:
+                assert not prompt.cursor_blink
+                seen.add((len(body._lines), body.size.height))
+        grown = [(lines, height) for lines, height in seen if height > 0]
+        assert any(lines % step for lines, _ in grown), "no paint fell within a reserve"
+        for lines, height in grown:
+            # a layout may trail the last lines by a frame; never more than the reserve
+            assert height % step == 0 and height - step <= lines <= height + step, (lines, height)
+        await pilot.pause(0.2)
+        assert view.body.size.height == len(view.body._lines) > step
+        assert prompt.cursor_blink
 
 
 async def test_with_a_core_to_spare_each_update_is_painted_as_it_comes():

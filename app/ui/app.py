@@ -27,7 +27,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -52,6 +52,9 @@ from .screens import (ChatsResult, ChatsScreen, HelpScreen, SettingsResult, Sett
 from .themes import draft_styles, to_textual
 from .widgets import (Legend, LoadPanel, MessageView, PromptInput, ProvenanceHover, StarterList, StatsPanel,
                       TopBar)
+
+
+W = TypeVar("W", bound=Widget)
 
 
 class SessionMessage(Message):
@@ -239,6 +242,12 @@ class DraftlightApp(App[int]):
         self._progress_timer: Any = None
         self._painted = 0.0
         self._paint_every = 0.0
+        #: the time between paints now (never under ``_paint_every``; see :attr:`UI_CPU_SHARE`),
+        #: the UI thread's CPU clock at the last paint, and the mean CPU of a paint's cycle
+        self._paint_gap = 0.0
+        self._paint_cpu: float | None = None
+        self._paint_cost: float | None = None
+        self._main_widgets: dict[type, Widget] = {}
         self._live_shown: Any = None
         self._live_at = 0.0
 
@@ -329,6 +338,21 @@ class DraftlightApp(App[int]):
         if not show:
             self._keys_out_of(welcome)
 
+    def _main_widget(self, cls: type[W]) -> W | None:
+        """The main screen's one widget of ``cls`` (also under a dialog), None before it is
+        composed; remembered: a DOM query takes ~0.5 ms, and a streaming reply asks several
+        times a second."""
+        w = self._main_widgets.get(cls)
+        if w is not None and w.is_attached:
+            return w
+        if not self.screen_stack:
+            return None
+        found = self.screen_stack[0].query(cls)
+        w = found.first() if found else None
+        if w is not None:
+            self._main_widgets[cls] = w
+        return w
+
     def _keys_out_of(self, hidden: Widget) -> None:
         """The keyboard back to the prompt where it was in ``hidden`` (also under a dialog)."""
         main = self.screen_stack[0]
@@ -412,10 +436,8 @@ class DraftlightApp(App[int]):
     def _refresh_bars(self) -> None:
         if not self.is_mounted:
             return
-        try:
-            top = self.query_one(TopBar)
-            legend = self.query_one(Legend)
-        except Exception:
+        top, legend = self._main_widget(TopBar), self._main_widget(Legend)
+        if top is None or legend is None:
             return
         s = self.session
         types = s.active_types
@@ -430,6 +452,12 @@ class DraftlightApp(App[int]):
     def _set_state(self, state: str) -> None:
         self.state = state
         self._refresh_bars()
+        # while a reply streams on cores the model's threads fill, the prompt's cursor holds still:
+        # each blink repaints the screen, twice a second, CPU the model's threads would have had
+        blink = not (self._paint_every > 0 and state.startswith(("writing", "stopping")))
+        prompt = self._main_widget(PromptInput)
+        if prompt is not None and prompt.cursor_blink != blink:
+            prompt.cursor_blink = blink
 
     def _refresh_stats(self) -> None:
         panel = self.query_one(StatsPanel)
@@ -574,8 +602,22 @@ class DraftlightApp(App[int]):
     #: paint carries every token (and the newest figures) since the last. A paint costs the UI
     #: process a few ms of CPU; at one per token that was a fifth of a core at 30 tokens/s,
     #: taken from the model's threads (chat 0.84x ``generate``'s speed on 2 cores). Ten a
-    #: second still reads as a smooth stream, and left the model ~0.02x more than fifteen.
+    #: second at most: that still reads as a smooth stream (and left the model ~0.02x more than
+    #: fifteen); :attr:`UI_CPU_SHARE` may space them further.
     PAINT_EVERY_CONTENDED_S = 1 / 10
+    #: and there, the share of one core the UI thread may take while a reply streams: each paint's
+    #: cycle (the tokens added, the frame, the live figures, what else the thread did meanwhile)
+    #: is timed on the thread's CPU clock, and the next paint waits until its cost is this share
+    #: of the time since the last. On 2 cores a paint's cycle took ~3.5 ms of CPU: a paint every
+    #: ~0.14 s. A slower frame (Markdown, a wide terminal) paints less often, but at least every
+    #: :attr:`PAINT_EVERY_MAX_S`. What the UI takes, the model's threads lose about one for one.
+    UI_CPU_SHARE = 0.025
+    PAINT_EVERY_MAX_S = 1 / 4
+    #: where the model's threads take every core, a streaming reply grows this many lines at a
+    #: time (blank until written): each new line otherwise lays the whole screen out again, a
+    #: few ms of the UI's CPU each, and those layouts were the largest part of what the UI took
+    #: from the model while a reply streamed
+    RESERVE_LINES_CONTENDED = 4
     #: how often the live figures (the reply's footer, the top bar's speed, F4) change while a
     #: reply streams: a person reads them a few times a second
     LIVE_EVERY_S = 0.25
@@ -594,7 +636,7 @@ class DraftlightApp(App[int]):
             if self._progress.key == ev.key:
                 return
             self._flush_progress()
-        due = self._painted + self._paint_every - time.monotonic()
+        due = self._painted + max(self._paint_every, self._paint_gap) - time.monotonic()
         if due > 0:
             self._progress = ev
             # a plain loop callback (a Textual timer is a task of its own, each time); the paint
@@ -603,6 +645,16 @@ class DraftlightApp(App[int]):
                 due, self.call_next, self._flush_progress)
             return
         self._show_progress(ev)
+
+    def _pace_paints(self) -> None:
+        """The time to the next paint, from the CPU the UI thread used since the last (see
+        :attr:`UI_CPU_SHARE`)."""
+        cpu = time.thread_time()
+        if self._paint_cpu is not None:
+            cost = cpu - self._paint_cpu
+            mean = self._paint_cost = cost if self._paint_cost is None else 0.7 * self._paint_cost + 0.3 * cost
+            self._paint_gap = min(self.PAINT_EVERY_MAX_S, max(self._paint_every, mean / self.UI_CPU_SHARE))
+        self._paint_cpu = cpu
 
     def _flush_progress(self) -> None:
         """Show the progress that waits for its paint (now, whatever its time)."""
@@ -616,6 +668,8 @@ class DraftlightApp(App[int]):
     def _show_progress(self, ev: sess.ReplyProgress) -> None:
         self.session.apply(ev)
         self._painted = now = time.monotonic()
+        if self._paint_every > 0:
+            self._pace_paints()
         view = self._views_by_key.get(ev.key)
         job = self.session.job
         if view is None or job is None or job.turn.key != ev.key or not view.is_attached:
@@ -729,9 +783,12 @@ class DraftlightApp(App[int]):
         return True
 
     def _reply_started(self) -> None:
+        # a reply's first paint starts the clock: what sending it cost (its views laid out and
+        # mounted) is not a paint's
+        self._paint_cpu = None
         view = self._views_by_key.get(self.session.job.turn.key) if self.session.job else None
         if view is not None:
-            view.start_streaming()
+            view.start_streaming(reserve=self.RESERVE_LINES_CONTENDED if self._paint_every > 0 else 1)
         self._set_state("writing…")
         self.refresh_bindings()
 

@@ -137,6 +137,10 @@ class ReplyBody(Widget):
         self.n_tokens = 0
         self._wrap_width = -1
         self._lines: list[tuple[int, int]] = []
+        #: while a reply streams, its height grows in steps of this many lines: a new line
+        #: within the step repaints that line alone instead of laying the whole screen out
+        #: again (the app sets it where the model's threads leave the UI no core of its own)
+        self.reserve = 1
         self._strips: dict[int, Strip] = {}
         self._strip_key: tuple = ()
         #: the content width while a render_lines call paints lines (asked once, not per line:
@@ -229,13 +233,13 @@ class ReplyBody(Widget):
             self.refresh(layout=True)
             return
         self._rewrap_tail()
-        if len(self._lines) != n_lines:
+        if self._height(len(self._lines)) != self._height(n_lines):
             self.refresh(layout=True)
         else:
-            # the text grew within its last line: repaint that line alone (a whole-widget refresh
-            # renders every visible line again, at each token)
-            last = max(0, n_lines - 1)
-            self.refresh(Region(0, last, max(1, self.size.width), 1))
+            # the text grew within the lines it has room for: repaint the lines it changed alone
+            # (a whole-widget refresh renders every visible line again, at each token)
+            first = max(0, n_lines - 1)
+            self.refresh(Region(0, first, max(1, self.size.width), max(1, len(self._lines) - first)))
 
     # -- wrapping ------------------------------------------------------------------
     def _ensure_wrapped(self, width: int) -> None:
@@ -256,9 +260,13 @@ class ReplyBody(Widget):
         for y in [y for y in self._strips if y >= first]:
             del self._strips[y]
 
+    def _height(self, n_lines: int) -> int:
+        step = max(1, self.reserve)
+        return max(1, -(-n_lines // step) * step)
+
     def get_content_height(self, container, viewport, width: int) -> int:
         self._ensure_wrapped(width)
-        return max(1, len(self._lines))
+        return self._height(len(self._lines))
 
     # -- rendering -------------------------------------------------------------
     def _palette(self) -> tuple[int, Mapping[str, Style]]:
@@ -523,8 +531,10 @@ class MessageView(Vertical, can_focus=True):
         self.set_view(self.coloured, self.markdown)
 
     # -- streaming -------------------------------------------------------------
-    def start_streaming(self) -> None:
+    def start_streaming(self, reserve: int = 1) -> None:
+        """The reply begins; its text grows ``reserve`` lines at a time (see :attr:`ReplyBody.reserve`)."""
         self.streaming = True
+        self.body.reserve = reserve
         self.add_class("-streaming")
         self.body.add_class("-pending")
         self.foot.update("writing…")
@@ -545,6 +555,7 @@ class MessageView(Vertical, can_focus=True):
 
     def finish_streaming(self, stats: Mapping[str, Any] | None, finish: str | None, text: str | None = None) -> None:
         self.streaming = False
+        self.body.reserve = 1
         self.remove_class("-streaming")
         self.body.remove_class("-pending")
         self.stats = dict(stats) if stats else None
@@ -562,6 +573,7 @@ class MessageView(Vertical, can_focus=True):
 
     def fail(self, error: str) -> None:
         self.streaming = False
+        self.body.reserve = 1
         self.error = error
         self.remove_class("-streaming")
         self.body.remove_class("-pending")
