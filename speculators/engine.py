@@ -204,7 +204,7 @@ class Engine:
         controller = None
         if chain.adaptive and chain.speculators:
             try:
-                controller = Controller(chain, self._cost_model(), self.controller_params)
+                controller = Controller(chain, self.shared_cost_model(), self.controller_params)
             except BaseException:
                 chain.close()
                 raise
@@ -229,8 +229,9 @@ class Engine:
         """The controller's cost model (the measured curve and what steps taught it), once made."""
         return self._cost_model_obj
 
-    def _cost_model(self) -> CostModel:
-        """The cost model shared by every chain of this engine (what steps teach it is kept)."""
+    def shared_cost_model(self) -> CostModel:
+        """The cost model shared by every chain of this engine (what steps teach it is kept), made
+        now if need be (the verify-cost curve measured or read from the cache)."""
         curve = self._cost_curve()
         if self._cost_model_obj is None or self._cost_model_obj.curve is not curve:
             self._cost_model_obj = CostModel(curve, self.controller_params)

@@ -59,15 +59,24 @@ def test_the_controller_is_told_a_restored_steps_replay_with_the_step(engine, mo
     res = engine.run(prompt, max_tokens=160, sampling=SamplingParams(temperature=0.0))
     assert res.stats.n_drafted > res.stats.n_accepted > 0
 
-    restores = [i for i, e in enumerate(log) if e[0] == "restore"]
+    # a step's first restore: the one right after its verify (a replay may be restored again,
+    # where the replay's smaller batch turns a near-tie of these quantized weights the other way)
+    restores = [i for i, e in enumerate(log) if e[0] == "restore" and not (i >= 2 and log[i - 2][0] == "restore")]
     assert restores, "no draft was rejected, so no checkpoint was restored"
     for i in restores:
-        verify, replay, told = log[i - 1], log[i + 1], log[i + 2]
-        assert verify[0] == "decode" and replay[0] == "decode"
-        # the replay's decode is followed by the restored step's observation (before the next
-        # step's decode), whose time holds the verify, the restore and the replay
-        assert told[0] == "observe" and told[1] == verify[1] - 1, log[i - 1:i + 3]
-        assert told[2] >= verify[2] + log[i][2] + replay[2], log[i - 1:i + 3]
+        verify = log[i - 1]
+        assert verify[0] == "decode"
+        spent = verify[2] + log[i][2]
+        j = i + 1
+        while log[j][0] == "decode" and log[j + 1][0] == "restore":    # a replay restored again
+            spent += log[j][2] + log[j + 1][2]
+            j += 2
+        replay, told = log[j], log[j + 1]
+        assert replay[0] == "decode"
+        # the last replay's decode is followed by the restored step's observation (before the
+        # next step's decode), whose time holds the verify, every restore and every replay
+        assert told[0] == "observe" and told[1] == verify[1] - 1, log[i - 1:j + 2]
+        assert told[2] >= spent + replay[2], log[i - 1:j + 2]
     # one observation per decided step (the cost curve's timing decodes and the prompt come
     # first): a step with a restore is not told twice
     seq = log[next(i for i, e in enumerate(log) if e[0] == "observe") - 1:]

@@ -39,7 +39,7 @@ def main() -> int:
     from speculators.sampling import SamplingParams
 
     eng = open_engine(ModelOptions(model=a.model, threads=a.threads), SpecParams.auto())
-    cost = eng._cost_model()
+    cost = eng.shared_cost_model()
     t1, rel = cost.t1_s, [cost.rel(k) for k in range(eng.ctx.n_batch + 1)]
     texts: list[str] = []
     for f in a.prompt_file or ["bench/copy.txt"]:
