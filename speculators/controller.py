@@ -630,6 +630,12 @@ class Controller:
     def __init__(self, chain, cost: CostCurve | CostModel, params: ControllerParams | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         self.chain = chain
+        #: how many of a draft's tokens could still be part of the reply (the engine sets it for
+        #: each generation: through the draft's first end-of-generation token or the token that
+        #: completes a stop string; the reply ends there if they are accepted, so what follows
+        #: could only cost a verify). A lookup drafter that has followed a copy to the end of
+        #: the person's message drafts on into the template's turn end and the copy again.
+        self.useful: Callable[[Sequence[int]], int] | None = None
         self.params = params or ControllerParams()
         self.cost = cost if isinstance(cost, CostModel) else CostModel(cost, self.params)
         self.curve = self.cost.curve
@@ -910,6 +916,8 @@ class Controller:
                 st.run = 0
                 continue
             draft = draft[:n_ask]
+            if self.useful is not None:
+                draft = draft[:max(1, self.useful(draft))]
             if st.by_run:
                 # how deep into a repeated passage this draft's own match is
                 depth = max(run_depth, suffix_match(hist, int(req.id_last), int(draft[0])) - MATCH_SLACK)

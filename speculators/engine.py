@@ -451,6 +451,8 @@ class Engine:
         history: list[int] = list(prompt)  # tokens in the KV cache, in order
         n_past = len(prompt)
         reply = ReplyBuilder(model, stop, max_tokens)
+        if ctrl is not None:
+            ctrl.useful = reply.useful
         finish: str | None = None
         last_stats = t1
         no_shift = ""  # why the context cannot shift ("": it can, or was not asked to)
@@ -760,6 +762,33 @@ class ReplyBuilder:
                 break
             n += 1
         return self._release(n), None
+
+    def useful(self, draft: Sequence[int]) -> int:
+        r"""How many of ``draft``'s tokens could still be part of the reply if accepted: all of
+        them, or through the first end-of-generation token or the token that completes a stop
+        string (the reply ends there).
+
+        >>> class M:
+        ...     def is_eog(self, t): return t == 0
+        ...     def token_bytes(self, t): return {1: b"Hi", 2: b"\n", 3: b"User", 4: b":", 5: b"!"}[t]
+        >>> r = ReplyBuilder(M(), ["\nUser:"], 10)
+        >>> r.useful([5, 1, 5]), r.useful([5, 0, 5]), r.useful([1, 2, 3, 4, 5, 1])
+        (3, 2, 4)
+        >>> _ = r.add(1, None, None), r.add(2, None, None)     # the text ends with a held newline
+        >>> r.useful([3, 4, 5])
+        2
+        """
+        text = self._text[len(self._text) - self.max_hold:] if self.stop and self.max_hold > 0 else ""
+        for i, t in enumerate(draft):
+            if self.model.is_eog(t):
+                return i + 1
+            if self.stop:
+                start = len(text)
+                text += self.model.token_bytes(t).decode("utf-8", "replace")
+                lo = max(0, start - self.max_hold)
+                if any(text.find(s, lo) >= 0 for s in self.stop):
+                    return i + 1
+        return len(draft)
 
     def _partial_stop_len(self) -> int:
         t = self._text

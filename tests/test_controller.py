@@ -632,3 +632,24 @@ def test_a_short_accidental_match_is_not_trusted_before_anything_is_known():
     d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
     assert d.draft == [] and d.reason == "skipped"
 
+
+
+def test_a_draft_is_cut_where_the_reply_would_end():
+    # a copy of the person's message reaches its end: the lookup drafts on through the turn's end
+    # (an end-of-generation token, or a stop string) into the template and the copy again;
+    # nothing past the end can be used, so the verify stops there (the engine tells the
+    # controller where, for each draft: ReplyBuilder.useful)
+    eog = 1
+    passage = list(range(2000, 2030)) + [eog, 106, 107] + list(range(2000, 2030))
+    prompt = passage[:30] + [7, 7] + passage[:20]
+    lookup = Lookup(lambda ctx: passage[20:20 + 40] if ctx[-20:] == passage[:20] else [])
+    lengths = []
+    for useful in (lambda d: next((i + 1 for i, t in enumerate(d) if t == eog), len(d)), None):
+        ctl = controller(lookup, curve=cpu_like())
+        ctl.useful = useful
+        ctl.begin()
+        d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
+        assert d.reason in ("drafted", "cut") and d.draft == passage[20:20 + len(d.draft)]
+        lengths.append(len(d.draft))
+    # cut through the end token and no further; without the hook the draft ran on past it
+    assert lengths[0] == 11 and lengths[1] > 11, lengths

@@ -1,0 +1,50 @@
+"""Automatic never verifies draft tokens past the point where the reply would end.
+
+A copy of the person's message runs to its end and on into the template (the transcript's next
+"\\nAssistant:" and the copy again, or the chat template's turn end): the lookup drafters propose
+all of it. Whatever follows the end of generation or a completed stop string could only cost a
+verify, so the controller cuts the draft there (ReplyBuilder.useful).
+"""
+from __future__ import annotations
+
+from speculators import controller as controller_mod
+from speculators.sampling import SamplingParams
+
+PASTE = ("Repeat this paragraph exactly: The lighthouse keeper climbed the hundred and twelve steps every "
+         "evening at dusk. He carried a can of oil, a cloth, and a small notebook in which he wrote the "
+         "weather, the ships he saw, and the colour of the sea.")
+
+
+def test_a_copy_that_reaches_the_end_of_the_message_is_verified_no_further(default_model_path, monkeypatch):
+    from app.options import ModelOptions
+    from app.runtime import open_engine
+    from speculators.params import SpecParams
+
+    eng = open_engine(ModelOptions(model=str(default_model_path), threads=2), SpecParams.auto())
+    try:
+        verified: list[list[int]] = []
+        decide = controller_mod.Controller.decide
+
+        def logged(self, req):
+            d = decide(self, req)
+            if d.draft:
+                verified.append(list(d.draft))
+            return d
+        monkeypatch.setattr(controller_mod.Controller, "decide", logged)
+        stop = tuple(eng.template.stop_strings)
+        res = eng.run(eng.prompt_tokens(text=PASTE), max_tokens=200, sampling=SamplingParams(temperature=0.0),
+                      stop=stop)
+        model = eng.model
+    finally:
+        eng.close()
+    assert "the colour of the sea." in res.text and res.stats.n_accepted >= 20
+    assert res.finish_reason in ("stop_string", "eog")
+    longest = max(verified, key=len)
+    assert len(longest) >= 16, "the copy was not drafted long"
+    for draft in verified:
+        for i, t in enumerate(draft[:-1]):
+            assert not model.is_eog(t), f"draft runs on after an end-of-generation token: {draft}"
+        text = model.detokenize(draft)
+        for s in stop:
+            j = text.find(s)
+            assert j < 0 or j + len(s) == len(text), f"draft runs on past the stop string {s!r}: {text!r}"
