@@ -728,15 +728,22 @@ async def test_settings_offer_automatic_first_and_say_what_it_picked():
         assert config_mod.load().spec.types == app.config.spec.types
 
 
+def contended_app(n: int, word: str, tokens_per_s: float):
+    """An app whose scripted engine says its threads take every core (as the real engine
+    reports them), with a reply of ``n`` tokens ``word0``, ``word1``, …: (app, engine, script)."""
+    from types import SimpleNamespace
+    script = [(None, [f"{word}{i}"]) for i in range(n)]
+    app, engine = make_app(script, spec="", tokens_per_s=tokens_per_s)
+    engine.ctx = SimpleNamespace(n_threads=usable_cores())
+    return app, engine, script
+
+
 async def test_where_the_model_takes_every_core_a_streaming_reply_paints_a_few_times_a_second():
     """With the model's threads on every core the reply is painted at most 10 times a second
     (tokens in between wait and come together), every token still arrives in order, and the
     footer ends with the final figures, not a late 'writing…'."""
-    from types import SimpleNamespace
     n = 120
-    script = [(None, [f" w{i}"]) for i in range(n)]
-    app, engine = make_app(script, spec="", tokens_per_s=200)
-    engine.ctx = SimpleNamespace(n_threads=usable_cores())       # as the real engine reports its threads
+    app, engine, script = contended_app(n, " w", 200)
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
         assert app.paint_every_s() == app.PAINT_EVERY_CONTENDED_S
@@ -766,11 +773,7 @@ async def test_where_the_model_takes_every_core_a_costly_paint_paints_less_often
     """Each paint's cycle is timed on the UI thread's CPU clock: where a paint costs 6 ms, the
     next waits until that is UI_CPU_SHARE of the time since (capped at PAINT_EVERY_MAX_S), so
     the UI thread takes about that share of a core from the model's threads."""
-    from types import SimpleNamespace
-    n = 400
-    script = [(None, [f" w{i}"]) for i in range(n)]
-    app, engine = make_app(script, spec="", tokens_per_s=200)
-    engine.ctx = SimpleNamespace(n_threads=usable_cores())
+    app, engine, script = contended_app(400, " w", 200)
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
         assert app.send("go")
@@ -800,11 +803,7 @@ async def test_where_the_model_takes_every_core_a_streaming_reply_grows_a_few_li
     """While it streams, the reply's height grows RESERVE_LINES_CONTENDED lines at a time (a
     new line within them repaints that line, no layout of the screen) and the prompt's cursor
     holds still; at the end the reply is as tall as its text and the cursor blinks again."""
-    from types import SimpleNamespace
-    n = 300
-    script = [(None, [f" word{i}"]) for i in range(n)]
-    app, engine = make_app(script, spec="", tokens_per_s=150)
-    engine.ctx = SimpleNamespace(n_threads=usable_cores())
+    app, engine, script = contended_app(300, " word", 150)
     async with app.run_test(size=(60, 40)) as pilot:
         await ready(pilot, app)
         prompt = app.query_one(PromptInput)
