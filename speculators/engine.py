@@ -770,25 +770,43 @@ class ReplyBuilder:
 
         >>> class M:
         ...     def is_eog(self, t): return t == 0
-        ...     def token_bytes(self, t): return {1: b"Hi", 2: b"\n", 3: b"User", 4: b":", 5: b"!"}[t]
+        ...     def token_bytes(self, t): return {1: b"Hi", 2: b"\n", 3: b"User", 4: b":", 5: b"!",
+        ...                                       6: b"Use", 7: b"r:"}[t]
         >>> r = ReplyBuilder(M(), ["\nUser:"], 10)
         >>> r.useful([5, 1, 5]), r.useful([5, 0, 5]), r.useful([1, 2, 3, 4, 5, 1])
         (3, 2, 4)
         >>> _ = r.add(1, None, None), r.add(2, None, None)     # the text ends with a held newline
         >>> r.useful([3, 4, 5])
         2
+        >>> r = ReplyBuilder(M(), ["\nUser:"], 10)
+        >>> _ = r.add(2, None, None), r.add(6, None, None)     # a reply shorter than a stop string
+        >>> r.useful([7, 5])
+        1
         """
-        text = self._text[len(self._text) - self.max_hold:] if self.stop and self.max_hold > 0 else ""
+        n = len(draft)
         for i, t in enumerate(draft):
             if self.model.is_eog(t):
+                n = i + 1
+                break
+        if not self.stop:
+            return n
+        # the text the draft would add (an end token adds none) after what may begin a stop
+        # string; where the first stop string ends, the token that holds its last character
+        # (one search per stop string over the joined text: the controller asks this of every
+        # draft, at every step)
+        pieces = [self.model.token_bytes(t).decode("utf-8", "replace") for t in draft[:n]
+                  if not self.model.is_eog(t)]
+        tail = self._text[-self.max_hold:] if self.max_hold > 0 else ""
+        text = tail + "".join(pieces)
+        ends = [j + len(s) for s in self.stop if (j := text.find(s)) >= 0]
+        if not ends:
+            return n
+        end, first = len(tail), min(ends)
+        for i, piece in enumerate(pieces):
+            end += len(piece)
+            if end >= first:
                 return i + 1
-            if self.stop:
-                start = len(text)
-                text += self.model.token_bytes(t).decode("utf-8", "replace")
-                lo = max(0, start - self.max_hold)
-                if any(text.find(s, lo) >= 0 for s in self.stop):
-                    return i + 1
-        return len(draft)
+        return n
 
     def _partial_stop_len(self) -> int:
         t = self._text
