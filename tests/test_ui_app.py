@@ -797,6 +797,26 @@ async def test_where_the_model_takes_every_core_a_costly_paint_paints_less_often
         expected = min(app.PAINT_EVERY_MAX_S, 0.006 / app.UI_CPU_SHARE)
         assert expected > 2 * app.PAINT_EVERY_CONTENDED_S
         assert statistics.median(gaps) >= 0.8 * expected, gaps
+        # the model loaded again, now with its threads leaving a core free: its replies are
+        # painted as they come again
+        from types import SimpleNamespace
+        engine.ctx = SimpleNamespace(n_threads=usable_cores() - 1) if usable_cores() > 1 else None
+        await pilot.press("f3")
+        await pilot.pause()
+        app.screen.query_one("#f-model--ctx_size").value = "2048"
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: len(app.factory_calls) == 2 and app.engine is not None and app.state == "ready")
+        assert app.paint_every_s() == 0.0
+        assert app.send("again")
+        await until(pilot, lambda: len(app._views()) == 4)
+        view = app._views()[-1]
+        original = view.add_tokens
+        paints.clear()
+        view.add_tokens = costly
+        await until(pilot, lambda: app.job is None, timeout=20)
+        gaps = [b - a for a, b in zip(paints[2:-1], paints[3:-1])]
+        assert len(gaps) >= 3 and statistics.median(gaps) < app.PAINT_EVERY_CONTENDED_S, gaps
 
 
 async def test_where_the_model_takes_every_core_a_streaming_reply_grows_a_few_lines_at_a_time():

@@ -242,7 +242,7 @@ class DraftlightApp(App[int]):
         self._progress_timer: Any = None
         self._painted = 0.0
         self._paint_every = 0.0
-        #: the time between paints now (never under ``_paint_every``; see :attr:`UI_CPU_SHARE`),
+        #: the time between paints now (``_paint_every``, or more: see :attr:`UI_CPU_SHARE`),
         #: the UI thread's CPU clock at the last paint, and the mean CPU of a paint's cycle
         self._paint_gap = 0.0
         self._paint_cpu: float | None = None
@@ -520,7 +520,8 @@ class DraftlightApp(App[int]):
         # which would otherwise pause streaming now and then
         gc.collect()
         gc.freeze()
-        self._paint_every = self.paint_every_s()
+        self._paint_every = self._paint_gap = self.paint_every_s()
+        self._paint_cost = None       # another model, other threads: its paints are timed afresh
         self.query_one(LoadPanel).hide()
         self._set_state("ready")
         self.refresh_bindings()
@@ -636,7 +637,7 @@ class DraftlightApp(App[int]):
             if self._progress.key == ev.key:
                 return
             self._flush_progress()
-        due = self._painted + max(self._paint_every, self._paint_gap) - time.monotonic()
+        due = self._painted + self._paint_gap - time.monotonic()
         if due > 0:
             self._progress = ev
             # a plain loop callback (a Textual timer is a task of its own, each time); the paint
