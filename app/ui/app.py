@@ -357,8 +357,9 @@ class DraftlightApp(App[int]):
         """The keyboard back to the prompt where it was in ``hidden`` (also under a dialog)."""
         main = self.screen_stack[0]
         focused = main.focused
-        if focused is not None and (focused is hidden or hidden in focused.ancestors):
-            main.set_focus(main.query_one(PromptInput))
+        prompt = self._main_widget(PromptInput)
+        if prompt is not None and focused is not None and (focused is hidden or hidden in focused.ancestors):
+            main.set_focus(prompt)
 
     def _starters_shown(self) -> bool:
         starters = self.query_one(StarterList)
