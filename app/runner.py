@@ -25,8 +25,13 @@ Protocol (pickled tuples over a socket pair; both ends are this package):
 
 - parent → runner: ``("load", model_options, spec)``, ``("call", method, args, kwargs)``,
   ``("cancel",)``, ``("close",)``;
-- runner → parent: ``("progress", done, total, phase)``, ``("event", event)``,
+- runner → parent: ``("progress", done, total, phase)``, ``("events", [event, ...])``,
   ``("ok", value, snapshot)``, ``("error", exception, snapshot)``.
+
+Where the model's threads take every core, a reply's events cross in batches, at most
+every :attr:`EventBatches.EVERY_CONTENDED_S` (the first at once): each crossing wakes a
+thread of the chat's process, and on such a CPU every wake-up is taken from the model's
+threads (one per token cost the model ~0.02x of its speed).
 """
 
 from __future__ import annotations
@@ -223,6 +228,8 @@ class RunnerEngine:
     GRACE_S = 2.0
     #: seconds the runner may take to exit when closed
     CLOSE_S = 5.0
+    #: how often a request in progress checks its ``cancel`` callable
+    POLL_S = 0.25
 
     def __init__(self, model_options: Any, spec: Any, progress: Progress | None = None, *,
                  env: dict[str, str] | None = None, lookup_root: str | os.PathLike | None = None):
@@ -231,6 +238,8 @@ class RunnerEngine:
         self.extra_env = dict(env or {})
         self.lookup_root = lookup_root
         self._lock = threading.RLock()           # one request at a time
+        self._send_lock = threading.Lock()       # a stop request may be sent from another thread
+        self._generating = False
         #: (sequence number, line) of what the runner printed last (llama.cpp's log, Python's errors)
         self._log: collections.deque[tuple[int, str]] = collections.deque(maxlen=300)
         self._log_seq = 0
@@ -432,13 +441,17 @@ class RunnerEngine:
         conn = self._conn
         self._request_seq = self._log_seq
         try:
-            conn.send(msg)
+            with self._send_lock:
+                conn.send(msg)
         except (OSError, EOFError, AttributeError):
             raise self._died() from None
         cancel_sent: float | None = None
         while True:
             try:
-                ready = conn.poll(0.05)
+                # a reply's events, its end and the runner's death wake this at once, and so does
+                # a stop (see :meth:`stop`): the timeout is for a stop asked only through ``cancel``
+                # and the grace after it (each wake-up on a full CPU is taken from the model)
+                ready = conn.poll(self.POLL_S)
             except (OSError, EOFError):
                 raise self._died() from None
             if not ready:
@@ -446,7 +459,7 @@ class RunnerEngine:
                     now = time.monotonic()
                     if cancel_sent is None:
                         cancel_sent = now
-                        with contextlib.suppress(OSError):
+                        with contextlib.suppress(OSError), self._send_lock:
                             conn.send(("cancel",))
                     elif now - cancel_sent > self.GRACE_S:
                         raise _StuckAfterCancel()
@@ -458,8 +471,8 @@ class RunnerEngine:
             except (OSError, EOFError):
                 raise self._died() from None
             kind = reply[0]
-            if kind == "event":
-                yield reply[1]
+            if kind == "events":
+                yield from reply[1]
             elif kind == "progress":
                 if progress is not None:
                     progress(*reply[1:])
@@ -516,6 +529,7 @@ class RunnerEngine:
             self._ensure()
             tokens: list = []
             last_stats = None
+            self._generating = True
             try:
                 for ev in self._exchange(("call", "generate", (list(prompt),), kw), cancel=cancel):
                     if isinstance(ev, StepEvent):
@@ -535,7 +549,18 @@ class RunnerEngine:
                                                    "stopped; the model runner did not respond and was restarted"))
                 self._restart_soon()
                 return
+            finally:
+                self._generating = False
             self._crashes.clear()
+
+    def stop(self) -> None:
+        """Ask the reply in progress to stop now (from any thread; the reply's ``cancel`` callable
+        must say so too: it is what makes a runner that does not stop be killed)."""
+        conn = self._conn
+        if not self._generating or conn is None:
+            return
+        with contextlib.suppress(OSError, EOFError, ValueError), self._send_lock:
+            conn.send(("cancel",))
 
     # -- the lookup caches (kept in the runner) ------------------------------------------------
     def run(self, prompt: Sequence[int], **kw: Any) -> Any:
@@ -573,7 +598,7 @@ class RunnerEngine:
             self.closed = True
             conn, proc = self._conn, self._proc
             if got and conn is not None and proc is not None and proc.poll() is None:
-                with contextlib.suppress(OSError, EOFError):
+                with contextlib.suppress(OSError, EOFError), self._send_lock:
                     conn.send(("close",))
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(self.CLOSE_S)
@@ -631,6 +656,86 @@ class RunnerStore:
 # ---------------------------------------------------------------------------
 # the runner's side
 # ---------------------------------------------------------------------------
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def contended(engine: Any) -> bool:
+    """Whether ``engine``'s threads take every core this process may use (none is left for the
+    chat's process beside them)."""
+    threads = getattr(getattr(engine, "ctx", None), "n_threads", None)
+    return isinstance(threads, int) and threads > 0 and threads + 1 > usable_cores()
+
+
+class EventBatches:
+    """Sends a reply's events in batches, at most every ``every_s`` seconds, from a thread of
+    its own: the first event at once, then what came since the last batch. :meth:`close`
+    sends what is left and returns when it is sent.
+
+    >>> sent = []
+    >>> b = EventBatches(sent.append, every_s=60)
+    >>> for ev in ("a", "b", "c"):
+    ...     b.put(ev)
+    >>> b.close()
+    >>> [m for m in sent if m[1]] in ([("events", ["a"]), ("events", ["b", "c"])],
+    ...                                [("events", ["a", "b"]), ("events", ["c"])],
+    ...                                [("events", ["a", "b", "c"])])
+    True
+    """
+
+    #: between two batches, where the model's threads take every core (the chat paints a
+    #: streaming reply at most every 0.1 s there)
+    EVERY_CONTENDED_S = 0.1
+
+    def __init__(self, send: Callable[[tuple], None], every_s: float):
+        self._send = send
+        self.every_s = every_s
+        self._cond = threading.Condition()
+        self._pending: list = []
+        self._waiting = False
+        self._closed = False
+        self._failed = False
+        self._last = float("-inf")
+        self._thread = threading.Thread(target=self._run, name="runner-events", daemon=True)
+        self._thread.start()
+
+    def put(self, ev: Any) -> None:
+        with self._cond:
+            self._pending.append(ev)
+            if self._waiting:
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._waiting = True
+                    self._cond.wait()
+                self._waiting = False
+                if not self._pending:
+                    return
+                # what arrives in the next every_s joins this batch (a put does not wake this wait)
+                wait = self._last + self.every_s - time.monotonic()
+                if wait > 0:
+                    self._cond.wait_for(lambda: self._closed, timeout=wait)
+                batch, self._pending = self._pending, []
+            self._last = time.monotonic()
+            if not self._failed:
+                try:
+                    self._send(("events", batch))
+                except (OSError, EOFError, ValueError):
+                    self._failed = True      # the chat's process is gone: the reader stops the reply
 
 class _Runner:
     def __init__(self, conn: Connection):
@@ -715,14 +820,26 @@ class _Runner:
         from speculators.events import StepEvent
         self.cancel.clear()
         steps = 0
-        for ev in self.engine.generate(prompt, cancel=self.cancel.is_set, **kw):
-            self.send(("event", ev))
-            if isinstance(ev, StepEvent):
-                steps += 1
-                if self.crash_after is not None and steps >= self.crash_after:
-                    if self.crash_once:
-                        open(self.crash_once, "w").close()
-                    _crash_now(self.crash_sig)
+        batches = EventBatches(self.send, EventBatches.EVERY_CONTENDED_S) if contended(self.engine) else None
+        try:
+            for ev in self.engine.generate(prompt, cancel=self.cancel.is_set, **kw):
+                if batches is not None:
+                    batches.put(ev)
+                else:
+                    self.send(("events", [ev]))
+                if isinstance(ev, StepEvent):
+                    steps += 1
+                    if self.crash_after is not None and steps >= self.crash_after:
+                        if self.crash_once:
+                            open(self.crash_once, "w").close()
+                        if batches is not None:
+                            # the crash comes after these steps were shown (a real one may lose
+                            # the last batch's worth: up to EVERY_CONTENDED_S of tokens)
+                            batches.close()
+                        _crash_now(self.crash_sig)
+        finally:
+            if batches is not None:
+                batches.close()
 
     def do_open_store(self, spec: Any, root: Any) -> tuple[bool, list[str]]:
         from .lookup_store import LookupStore, LookupStoreError

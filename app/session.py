@@ -612,6 +612,10 @@ class ChatSession:
     def stop(self) -> None:
         if self.job is not None:
             self.job.cancel.set()
+            # the runner is told at once (the reply thread would see the flag within a poll)
+            stop_now = getattr(self.engine, "stop", None)
+            if callable(stop_now):
+                stop_now()
 
     # -- the reply thread ---------------------------------------------------------------------
     def _reply_thread(self, job: ReplyJob, engine: ChatEngine, max_tokens: int, sampling: SamplingParams,

@@ -21,7 +21,7 @@ import pytest
 from app import config as config_mod
 from app import session as sess
 from app.options import ModelOptions
-from app.runner import CRASH_ENV, CRASH_ONCE_ENV, RunnerEngine, telling_lines
+from app.runner import CRASH_ENV, CRASH_ONCE_ENV, EventBatches, RunnerEngine, telling_lines
 from app.session import ChatSession
 from app.storage import History
 from speculators.params import SpecParams
@@ -199,6 +199,53 @@ def test_generate_whose_engine_crashes_prints_one_clear_line(tmp_path, default_m
     assert lines[0].startswith("draftlight: error: `draftlight generate` stopped: the engine was killed by SIGSEGV")
     assert "--extra-bufts off" in lines[0] and "Traceback" not in err
     assert len(first + rest) < 3000 * 2
+
+
+def test_event_batches_send_the_first_event_at_once_then_what_came_meanwhile():
+    sent: list = []
+    b = EventBatches(sent.append, every_s=0.3)
+    b.put(0)
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert sent == [("events", [0])]
+    for i in range(1, 40):
+        b.put(i)
+    time.sleep(0.05)
+    # what came within every_s of the last batch waits for the next
+    assert len(sent) == 1
+    b.close()
+    assert [m[0] for m in sent] == ["events"] * len(sent)
+    assert [ev for m in sent for ev in m[1]] == list(range(40))
+    assert len(sent) <= 3
+
+
+def test_stop_reaches_the_runner_without_the_reply_threads_poll(tmp_path, default_model_path):
+    """``stop`` (the chat's Esc) is sent to the runner at once, from the UI's thread: the reply
+    ends though its ``cancel`` callable never says so."""
+    import threading
+    from speculators.events import FinishEvent, StepEvent
+    from speculators.sampling import SamplingParams
+    eng = RunnerEngine(ModelOptions(model=str(default_model_path), ctx_size=1024, threads=2), SpecParams())
+    try:
+        prompt = eng.prompt_tokens(text=LONG)
+        steps, result = 0, None
+        for ev in eng.generate(prompt, max_tokens=400, sampling=SamplingParams(temperature=0.0),
+                               cancel=lambda: False):
+            if isinstance(ev, StepEvent):
+                steps += 1
+                if steps == 3:
+                    threading.Thread(target=eng.stop).start()
+            elif isinstance(ev, FinishEvent):
+                result = ev.result
+        assert result is not None and result.finish_reason == "cancelled"
+        assert 3 <= len(result.tokens) < 400
+        assert eng.alive and eng.starts == 1
+        eng.stop()          # nothing in progress: nothing sent, nothing breaks
+        again = eng.run(prompt, max_tokens=5, sampling=SamplingParams(temperature=0.0))
+        assert again.finish_reason != "cancelled" and len(again.tokens) == 5
+    finally:
+        eng.close()
 
 
 def test_telling_lines_leave_out_pythons_stack_dump():

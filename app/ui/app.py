@@ -45,6 +45,7 @@ from .. import config as config_mod
 from .. import paths, session as sess
 from ..errors import UserError, describe
 from ..options import ModelOptions
+from ..runner import usable_cores
 from ..session import ChatSession, Turn
 from ..storage import History
 from .clipboard import copy_to_system
@@ -161,14 +162,6 @@ EXTRA_KEYS: tuple[tuple[str, str, str], ...] = (
 #: actions that work only on the chat screen itself (not over dialogs)
 _MAIN_ONLY = {a.action.partition("(")[0] for a in ACTIONS} - {"quit", "help"}
 
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 class LagProbe:
