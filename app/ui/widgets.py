@@ -261,8 +261,24 @@ class ReplyBody(Widget):
             del self._strips[y]
 
     def _height(self, n_lines: int) -> int:
+        """The height for ``n_lines`` lines of text: themselves, or while a reply streams with
+        :attr:`reserve` > 1, ``reserve`` lines from before its first token (the layout that makes
+        room for them then comes while the model reads the prompt, not while it writes), then
+        twice that many at a time.
+
+        >>> body = ReplyBody()
+        >>> [body._height(n) for n in (0, 1, 2)]
+        [1, 1, 2]
+        >>> body.reserve = 4
+        >>> [body._height(n) for n in (0, 1, 4, 5, 12, 13)]
+        [4, 4, 4, 12, 12, 20]
+        """
         step = max(1, self.reserve)
-        return max(1, -(-n_lines // step) * step)
+        if step == 1:
+            return max(1, n_lines)
+        if n_lines <= step:
+            return step
+        return step + -(-(n_lines - step) // (2 * step)) * 2 * step
 
     def get_content_height(self, container, viewport, width: int) -> int:
         self._ensure_wrapped(width)
@@ -538,6 +554,7 @@ class MessageView(Vertical, can_focus=True):
         self.add_class("-streaming")
         self.body.add_class("-pending")
         self.foot.update("writing…")
+        self._live_height = 1
 
     def add_tokens(self, tokens, times=None) -> None:
         self.body.append_tokens(tokens, times)
