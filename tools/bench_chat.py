@@ -67,7 +67,8 @@ def chat_once(args: list[str], prompt: str, env: dict[str, str], timeout: float 
         while True:
             if time.monotonic() > deadline:
                 raise SystemExit("the reply did not finish")
-            time.sleep(0.3)
+            # seldom: what the harness takes of the CPU, the model loses too (generate has no such poll)
+            time.sleep(1.0)
             if not db.exists():
                 continue
             with sqlite3.connect(db) as c:
