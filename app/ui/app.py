@@ -608,8 +608,8 @@ class DraftlightApp(App[int]):
     #: :attr:`PAINT_EVERY_MAX_S`. What the UI takes, the model's threads lose about one for one.
     UI_CPU_SHARE = 0.025
     PAINT_EVERY_MAX_S = 1 / 4
-    #: where the model's threads take every core, a streaming reply grows this many lines at a
-    #: time (blank until written): each new line otherwise lays the whole screen out again, a
+    #: where the model's threads take every core, a streaming reply has this many lines from the
+    #: start and grows twice as many at a time (blank until written; :meth:`ReplyBody._height`): each new line otherwise lays the whole screen out again, a
     #: few ms of the UI's CPU each, and those layouts were the largest part of what the UI took
     #: from the model while a reply streamed
     RESERVE_LINES_CONTENDED = 4

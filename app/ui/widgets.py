@@ -137,8 +137,8 @@ class ReplyBody(Widget):
         self.n_tokens = 0
         self._wrap_width = -1
         self._lines: list[tuple[int, int]] = []
-        #: while a reply streams, its height grows in steps of this many lines: a new line
-        #: within the step repaints that line alone instead of laying the whole screen out
+        #: while a reply streams, its height starts at this many lines and grows twice as many
+        #: at a time (:meth:`_height`): a new line within them repaints that line alone instead of laying the whole screen out
         #: again (the app sets it where the model's threads leave the UI no core of its own)
         self.reserve = 1
         self._strips: dict[int, Strip] = {}
@@ -548,7 +548,7 @@ class MessageView(Vertical, can_focus=True):
 
     # -- streaming -------------------------------------------------------------
     def start_streaming(self, reserve: int = 1) -> None:
-        """The reply begins; its text grows ``reserve`` lines at a time (see :attr:`ReplyBody.reserve`)."""
+        """The reply begins, with ``reserve`` lines of room (see :attr:`ReplyBody.reserve`)."""
         self.streaming = True
         self.body.reserve = reserve
         self.add_class("-streaming")
