@@ -609,9 +609,10 @@ class DraftlightApp(App[int]):
     UI_CPU_SHARE = 0.025
     PAINT_EVERY_MAX_S = 1 / 4
     #: where the model's threads take every core, a streaming reply has this many lines from the
-    #: start and grows twice as many at a time (blank until written; :meth:`ReplyBody._height`): each new line otherwise lays the whole screen out again, a
-    #: few ms of the UI's CPU each, and those layouts were the largest part of what the UI took
-    #: from the model while a reply streamed
+    #: start and grows twice as many at a time (blank until written; ``ReplyBody._height``):
+    #: each new line otherwise lays the whole screen out again, a few ms of the UI's CPU each,
+    #: and those layouts were the largest part of what the UI took from the model while a
+    #: reply streamed
     RESERVE_LINES_CONTENDED = 4
     #: how often the live figures (the reply's footer, the top bar's speed, F4) change while a
     #: reply streams: a person reads them a few times a second
