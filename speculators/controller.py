@@ -185,6 +185,12 @@ class ControllerParams:
     online_cost: bool = True
     #: weight of a new timing in the online cost estimate
     cost_alpha: float = 0.1
+    #: a lookup draft's token right after the end of a sentence (``Controller.boundary``), fewer
+    #: than ``boundary_depth`` positions into its run, is accepted at no more than the rate
+    #: observed there (:class:`BoundaryModel`), which starts from ``boundary_prior``
+    boundary_prior: float = 0.3
+    boundary_weight: float = 2.0
+    boundary_depth: int = 16
 
 
 class AcceptanceModel:
@@ -307,6 +313,37 @@ class AcceptanceModel:
     @property
     def n_observed(self) -> float:
         return self.tries[0]
+
+
+class BoundaryModel:
+    """How often a lookup draft early in its run is still right just after the end of a sentence.
+
+    A reply that echoes the person's words ("I have eggs, spinach and some cheese.") matches
+    their message for 6-10 tokens and ends with its sentence; a copy goes on into the next.
+    Both look alike to a lookup drafter until the sentence ends: this is the rate at that fork,
+    learned (with decay) from what the model wrote there, beginning at a cautious prior.
+
+    >>> b = BoundaryModel(prior=0.3, weight=2.0, decay=1.0)
+    >>> round(b.rate, 3)
+    0.3
+    >>> for hit in (True, True, True, True):
+    ...     b.observe(hit)
+    >>> round(b.rate, 3)                    # (4 + 2 * .3) / (4 + 2): copies go on
+    0.767
+    """
+
+    def __init__(self, prior: float = 0.3, weight: float = 2.0, decay: float = 0.9):
+        self.prior, self.weight, self.decay = prior, weight, decay
+        self.hits = 0.0
+        self.tries = 0.0
+
+    @property
+    def rate(self) -> float:
+        return (self.hits + self.weight * self.prior) / (self.tries + self.weight)
+
+    def observe(self, hit: bool) -> None:
+        self.hits = self.hits * self.decay + (1.0 if hit else 0.0)
+        self.tries = self.tries * self.decay + 1.0
 
 
 @dataclass
@@ -636,7 +673,12 @@ class Controller:
         #: could only cost a verify). A lookup drafter that has followed a copy to the end of
         #: the person's message drafts on into the template's turn end and the copy again.
         self.useful: Callable[[Sequence[int]], int] | None = None
+        #: whether a token ends a sentence (the engine sets it from the model's vocabulary; see
+        #: :class:`BoundaryModel`); None: no boundary is known
+        self.boundary: Callable[[int], bool] | None = None
         self.params = params or ControllerParams()
+        self.boundaries = BoundaryModel(self.params.boundary_prior, self.params.boundary_weight, self.params.decay)
+        self._boundary_seen = -1      # the last position whose outcome after a boundary was counted
         self.cost = cost if isinstance(cost, CostModel) else CostModel(cost, self.params)
         self.curve = self.cost.curve
         self.clock = clock
@@ -727,6 +769,7 @@ class Controller:
             st._tp_snap = None
         self._started = False
         self._out = []
+        self._boundary_seen = -1
 
     # -- the decision ----------------------------------------------------------------
     @staticmethod
@@ -738,11 +781,34 @@ class Controller:
             return st.run
         return 0
 
-    def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0, depth: int = 0) -> tuple[int, float]:
+    def _expected(self, st: _SpecState, n: int, depth: int, draft: Sequence[int] | None,
+                  prev: int | None = None) -> list[float]:
+        """E_1..E_n of a draft of ``st`` (:meth:`AcceptanceModel.expected_tokens`); where the
+        draft's tokens are known (and ``prev``, the token before them), a token after the end
+        of a sentence early in a lookup run is taken at no more than :attr:`boundaries`' rate."""
+        bnd = self.boundary
+        if draft is None or bnd is None or not st.by_run or depth >= self.params.boundary_depth:
+            return st.model.expected_tokens(n, depth)
+        rates = st.model.rates(n, depth)
+        q_b = self.boundaries.rate
+        lim = min(n, len(draft) + 1, self.params.boundary_depth - depth)
+        for i in range(lim):
+            before = int(draft[i - 1]) if i else prev
+            if before is not None and rates[i] > q_b and bnd(before):
+                rates[i] = q_b
+        out, p, e = [], 1.0, 1.0
+        for q in rates:
+            p *= q
+            e += p
+            out.append(e)
+        return out
+
+    def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0, depth: int = 0,
+                  draft: Sequence[int] | None = None, prev: int | None = None) -> tuple[int, float]:
         """(k, E_k / (c(k) + draft_cost)) maximising throughput over k = 1..n."""
         best_k, best_g = 0, 0.0
         rel = self.cost.rel_table(n)
-        for k, e in enumerate(st.model.expected_tokens(n, depth), start=1):
+        for k, e in enumerate(self._expected(st, n, depth, draft, prev), start=1):
             g = e / (rel[k] + draft_cost)
             if g > best_g:
                 best_k, best_g = k, g
@@ -922,7 +988,7 @@ class Controller:
                 # how deep into a repeated passage this draft's own match is
                 depth = max(run_depth, suffix_match(hist, int(req.id_last), int(draft[0])) - MATCH_SLACK)
             # drafting is paid now: only the verify cost decides the cut
-            k, g = self._best_cut(st, len(draft), depth=depth)
+            k, g = self._best_cut(st, len(draft), depth=depth, draft=draft, prev=int(req.id_last))
             if st.model.n_observed <= 0.0 and not probe and depth < MATCH_ASK:
                 g = 0.0   # nothing known of this drafter yet: its first proposal is scored unverified
             if probe or g >= thr:
@@ -993,6 +1059,11 @@ class Controller:
                 return
             hit = out[idx] == r.tokens[r.scored]
             st.model.observe(r.depth0 + r.scored, hit)
+            before = r.tokens[r.scored - 1] if r.scored else (out[idx - 1] if idx > 0 else None)
+            if (st.by_run and self.boundary is not None and before is not None and idx != self._boundary_seen
+                    and r.depth0 + r.scored < self.params.boundary_depth and self.boundary(before)):
+                self._boundary_seen = idx
+                self.boundaries.observe(hit)
             if hit:
                 st.run, st.run_end = r.depth0 + r.scored + 1, r.start + r.scored
             else:

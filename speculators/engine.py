@@ -453,6 +453,8 @@ class Engine:
         reply = ReplyBuilder(model, stop, max_tokens)
         if ctrl is not None:
             ctrl.useful = reply.useful
+            if ctrl.boundary is None:
+                ctrl.boundary = sentence_end(model)
         finish: str | None = None
         last_stats = t1
         no_shift = ""  # why the context cannot shift ("": it can, or was not asked to)
@@ -679,6 +681,32 @@ class Engine:
             self.chain = None
         self.ctx.close()
         self.model.close()
+
+
+#: what ends a sentence at the end of a token's text (a line break anywhere in it does too)
+SENTENCE_END = ".!?。！？"
+
+
+def sentence_end(model) -> Callable[[int], bool]:
+    r"""Whether a token of ``model`` ends a sentence: its text, less trailing spaces, ends with
+    one of :data:`SENTENCE_END`, or it holds a line break (cached per token).
+
+    >>> class M:
+    ...     def token_bytes(self, t): return [b" cheese", b".", b" key.", b"\n", b"3.5", b"? "][t]
+    >>> ends = sentence_end(M())
+    >>> [ends(t) for t in range(6)]
+    [False, True, True, True, False, True]
+    """
+    cache: dict[int, bool] = {}
+
+    def ends(token: int) -> bool:
+        v = cache.get(token)
+        if v is None:
+            text = model.token_bytes(token).decode("utf-8", "ignore")
+            core = text.rstrip(" ")
+            v = cache[token] = "\n" in text or (bool(core) and core[-1] in SENTENCE_END)
+        return v
+    return ends
 
 
 class ReplyBuilder:

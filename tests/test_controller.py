@@ -653,3 +653,56 @@ def test_a_draft_is_cut_where_the_reply_would_end():
         lengths.append(len(d.draft))
     # cut through the end token and no further; without the hook the draft ran on past it
     assert lengths[0] == 11 and lengths[1] > 11, lengths
+
+
+DOT = 500        # a token that ends a sentence (the engine's sentence_end says which do)
+
+
+def test_an_echo_of_the_persons_words_is_not_verified_past_the_end_of_their_sentence():
+    # the reply repeats the start of the person's message (" I have eggs, spinach and some
+    # cheese.") and, as often as not, stops at its sentence's end; the lookup drafts on into the
+    # message's next sentence. Early in a run, what follows a sentence's end is taken at the
+    # rate seen there (a cautious prior at first): the verify stops at the boundary
+    message = list(range(2000, 2009)) + [DOT] + list(range(2010, 2030))
+    prompt = message + [7, 7] + message[:8]
+    lookup = Lookup(lambda ctx: message[8:8 + 20] if ctx[-8:] == message[:8] else [])
+    lengths = []
+    for boundary in (lambda t: t == DOT, None):
+        ctl = controller(lookup, curve=cpu_like())
+        ctl.boundary = boundary
+        ctl.begin()
+        d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
+        assert d.draft == message[8:8 + len(d.draft)]
+        lengths.append(len(d.draft))
+    assert lengths[0] <= 2 and lengths[1] > 4, lengths
+
+
+def test_copies_that_go_on_past_sentence_ends_teach_the_controller_to_draft_across_them():
+    sentences = [list(range(3000 + 10 * i, 3005 + 10 * i)) + [DOT] for i in range(16)]
+    passage = [t for s in sentences for t in s]
+    prompt = passage + [7, 7] + passage[:6]
+    lookup = Lookup(lambda ctx: next((passage[r:r + 24] for r in range(len(passage), 5, -1)
+                                      if ctx[-6:] == passage[r - 6:r]), []))
+    ctl = controller(lookup, curve=cpu_like())
+    ctl.boundary = lambda t: t == DOT
+    prior = ctl.boundaries.rate
+    ctl.begin()
+    ctx, across = list(prompt), []
+    while len(ctx) - len(prompt) < len(passage) - 30:
+        r = len(ctx) - len(prompt) + 6          # the reply has copied passage[:r]
+        d = ctl.decide(DraftRequest(prompt=ctx[:-1], id_last=ctx[-1], pos0=len(ctx) - 1, n_max=-1))
+        n_acc = 0
+        for i, t in enumerate(d.draft):
+            if t != passage[r + i]:
+                break
+            n_acc += 1
+        ids = passage[r:r + n_acc + 1]
+        ctl.observe(d, ids)
+        if d.draft:
+            ctl.chain.accept(n_acc)
+            across.append(DOT in d.draft[:-1])
+        ctx += ids
+    # what followed each sentence's end was the copy going on: the rate rose from its prior,
+    # and drafts reach across sentence ends
+    assert ctl.boundaries.rate > prior + 0.3, (prior, ctl.boundaries.rate)
+    assert any(across), across
