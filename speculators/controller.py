@@ -139,6 +139,73 @@ def suffix_match(hist: np.ndarray, last: int, nxt: int | None = None, cap: int =
     return m
 
 
+class SuffixMatcher:
+    """:func:`suffix_match` over a growing history, from an index of where each token occurs
+    (kept up to date as tokens are appended; rebuilt when the history is rewritten): the
+    candidates are the few earlier places of the last token, compared in Python, instead of
+    whole-array passes (~60 us a step on a 400-token chat; ~5 us this way).
+
+    >>> sm = SuffixMatcher()
+    >>> h = [5, 6, 7, 8, 9, 5, 6, 7]
+    >>> sm.sync(h)
+    >>> sm.match(8), sm.match(8, nxt=9), sm.match(8, nxt=1), sm.match(4), sm.match(8, cap=2)
+    (4, 4, 0, 0, 2)
+    >>> h += [8, 9]; sm.sync(h); sm.match(5)                # appended: indexed incrementally
+    6
+    >>> sm.sync([1, 2, 1]); sm.match(2)                     # rewritten: indexed again
+    2
+    """
+
+    def __init__(self) -> None:
+        self._toks: list[int] = []
+        self._where: dict[int, list[int]] = {}
+        self._n = 0
+
+    def sync(self, tokens: list[int]) -> None:
+        """Follow ``tokens`` (the history; only read, and only its new end when it grew)."""
+        n, old = len(tokens), self._n
+        if n < old or (old and (self._toks is not tokens or tokens[old - 1] != self._last)):
+            if n >= old and self._toks is not tokens and tokens[:old] == self._toks[:old]:
+                pass                               # the same history in a new list: keep the index
+            else:
+                self._where, old = {}, 0
+        where = self._where
+        for i in range(old, n):
+            t = tokens[i]
+            lst = where.get(t)
+            if lst is None:
+                where[t] = [i]
+            else:
+                lst.append(i)
+        self._toks, self._n = tokens, n
+        self._last = tokens[n - 1] if n else None
+
+    def match(self, last: int, nxt: int | None = None, cap: int = MATCH_CAP) -> int:
+        """:func:`suffix_match` of the synced history."""
+        toks, n = self._toks, self._n
+        if n == 0:
+            return 0
+        cand = self._where.get(last, ())
+        if nxt is not None:
+            cand = [p for p in cand if p + 1 < n and toks[p + 1] == nxt]
+            if toks[n - 1] == last and last == nxt:
+                cand.append(n - 1)
+        if not cand:
+            return 0
+        m = 1
+        while m < cap:
+            if len(cand) == 1:
+                p = cand[0]
+                while m < cap and p >= m and toks[p - m] == toks[n - m]:
+                    m += 1
+                return m
+            cand = [p for p in cand if p >= m and toks[p - m] == toks[n - m]]
+            if not cand:
+                break
+            m += 1
+        return m
+
+
 #: steps timed before a cached cost curve is checked against them, and how much slower its
 #: one-token time may be before it counts as measured under load
 STALE_CHECK_STEPS = 24
@@ -691,8 +758,9 @@ class Controller:
         self._out: list[int] = []
         self._started = False
         self._snap_version = -1
-        #: the context as a numpy array, for :func:`suffix_match`
+        #: the context, for :func:`suffix_match` (through :class:`SuffixMatcher`)
         self._hist = TokenHistory()
+        self._matcher = SuffixMatcher()
         self._refresh_stats()
 
     # -- cost (delegated to the shared cost model) ---------------------------------
@@ -924,8 +992,9 @@ class Controller:
             depth = run_depth = self._depth(st, req.pos0 + 1)
             if st.by_run:
                 if hist is None:
-                    hist = self._hist.sync(req.prompt)[1]
-                    m_ctx = suffix_match(hist, int(req.id_last))
+                    hist = self._hist.sync(req.prompt)[0]
+                    self._matcher.sync(hist)
+                    m_ctx = self._matcher.match(int(req.id_last))
                 depth = max(depth, m_ctx - MATCH_SLACK)
             k_pot, g_pot = self._potential(st, n_max, depth)
             st.potential = g_pot
@@ -986,7 +1055,7 @@ class Controller:
                 draft = draft[:max(1, self.useful(draft))]
             if st.by_run:
                 # how deep into a repeated passage this draft's own match is
-                depth = max(run_depth, suffix_match(hist, int(req.id_last), int(draft[0])) - MATCH_SLACK)
+                depth = max(run_depth, self._matcher.match(int(req.id_last), int(draft[0])) - MATCH_SLACK)
             # drafting is paid now: only the verify cost decides the cut
             k, g = self._best_cut(st, len(draft), depth=depth, draft=draft, prev=int(req.id_last))
             if st.model.n_observed <= 0.0 and not probe and depth < MATCH_ASK:

@@ -706,3 +706,27 @@ def test_copies_that_go_on_past_sentence_ends_teach_the_controller_to_draft_acro
     # and drafts reach across sentence ends
     assert ctl.boundaries.rate > prior + 0.3, (prior, ctl.boundaries.rate)
     assert any(across), across
+
+
+def test_the_suffix_matcher_agrees_with_suffix_match_as_the_history_grows_and_is_rewritten():
+    import random
+    import numpy as np
+    from speculators.controller import SuffixMatcher, suffix_match
+    rng = random.Random(7)
+    sm = SuffixMatcher()
+    hist: list[int] = []
+    for step in range(600):
+        r = rng.random()
+        if r < 0.03 and hist:
+            hist = hist[:rng.randrange(len(hist))] + [rng.randrange(6)]     # rewritten (a new list)
+        elif r < 0.5 and len(hist) > 8:
+            i = rng.randrange(len(hist) - 4)
+            hist.extend(hist[i:i + rng.randrange(1, 5)])                     # a copy of earlier text
+        else:
+            hist.append(rng.randrange(6))
+        sm.sync(hist)
+        arr = np.asarray(hist, dtype=np.int64)
+        for last in range(6):
+            for nxt in (None, *range(6)):
+                for cap in (3, 128):
+                    assert sm.match(last, nxt, cap) == suffix_match(arr, last, nxt, cap), (hist, last, nxt, cap)
