@@ -206,6 +206,10 @@ class SuffixMatcher:
         return m
 
 
+#: a refined verify-cost table that moves no entry by more than this share is not taken up (the
+#: decisions derived from the table would be worked out again for nothing)
+REL_STILL = 0.003
+
 #: steps timed before a cached cost curve is checked against them, and how much slower its
 #: one-token time may be before it counts as measured under load
 STALE_CHECK_STEPS = 24
@@ -600,6 +604,8 @@ class CostModel:
         self._n_timed = 0
         self._rel: list[float] = []
         self._rel_dirty = True
+        #: (curve, its rel(0..max_len)) as measured, before the online refinement
+        self._measured: tuple[CostCurve, list[float]] | None = None
         #: bumped whenever rel() changes
         self.version = 0
         #: whether the curve was found measured under load (checked once, after a few steps)
@@ -650,7 +656,10 @@ class CostModel:
 
     def _rebuild_rel(self) -> None:
         n = self.params.max_len
-        base = [self.curve.rel(k) for k in range(n + 1)]
+        measured = self._measured
+        if measured is None or measured[0] is not self.curve or len(measured[1]) != n + 1:
+            measured = self._measured = (self.curve, [self.curve.rel(k) for k in range(n + 1)])
+        base = list(measured[1])
         line = self._online_line() if self.params.online_cost else None
         if line is not None:
             a, b, w = line
@@ -660,8 +669,11 @@ class CostModel:
             run = max(run, base[k])
             base[k] = run
         base[0] = 1.0
-        self._rel = base
         self._rel_dirty = False
+        prev = self._rel
+        if len(prev) == len(base) and all(abs(b - a) <= REL_STILL * a for a, b in zip(prev, base)):
+            return          # what the new timings moved is too small to matter: decisions keep theirs
+        self._rel = base
         self.version += 1
 
     def _check_stale(self) -> None:
