@@ -842,6 +842,17 @@ class Controller:
         st.upkeep_on = on
 
     # -- per generation ------------------------------------------------------------
+    def prepare(self, prompt: Sequence[int]) -> None:
+        """The target is reading ``prompt`` (before the reply's first step): the bookkeeping that
+        step would otherwise pay inside the reply's time is done now -- the controller's copy of
+        the context, and each drafter's ``prepare`` where it has one (the ngram-cache's context
+        cache)."""
+        self._matcher.sync(self._hist.sync(prompt)[0])
+        for spec in self.chain.speculators:
+            prep = getattr(spec, "prepare", None)
+            if prep is not None:
+                prep(prompt)
+
     def begin(self) -> None:
         """A new generation: proposals still being scored are dropped."""
         for st in self.states.values():

@@ -444,6 +444,8 @@ class Engine:
         stats.n_prompt_reused = keep
         chain.begin(prompt)
         chain.process(prompt[keep:], keep)
+        if ctrl is not None:
+            ctrl.prepare(prompt)
         id_last = sampler.sample(ctx, -1)
         t1 = time.perf_counter()
         stats.t_prompt_s = t1 - t0

@@ -836,6 +836,8 @@ class NgramCacheSpeculator(Speculator):
         self.static_cache = static_cache if static_cache is not None else NgramCache()
         #: number of tokens (prompt + id_last) the context cache has seen
         self.cache_size = 0
+        #: where the segment prepare() began, until a draft ends it (see :meth:`prepare`)
+        self._seg_start: int | None = None
         #: per cache: drafted tokens it proposed / of those, accepted
         self.source_drafted = dict.fromkeys(SOURCE_NAMES, 0)
         self.source_accepted = dict.fromkeys(SOURCE_NAMES, 0)
@@ -853,14 +855,43 @@ class NgramCacheSpeculator(Speculator):
         dynamic = load_lookup_cache(nc.lookup_cache_dynamic, "dynamic") if nc.lookup_cache_dynamic else None
         return cls(N_DRAFT, static_cache=static, dynamic_cache=dynamic)
 
+    def prepare(self, prompt: Sequence[int]) -> None:
+        """While the target reads the prompt (Automatic's controller calls it; a fixed type never
+        does): the context cache takes the prompt in now instead of at the first draft, which
+        then adds the rest of the same segment (the n-grams ending at its own tokens, keys
+        reaching back into the prompt): the same counts as without it, and the reply's first
+        step no longer pays for the prompt (~0.6 ms for a 330-token chat transcript).
+
+        >>> a, b = NgramCacheSpeculator(), NgramCacheSpeculator()
+        >>> prompt = [5, 6, 7, 5, 6, 8, 5, 6]
+        >>> a.prepare(prompt)
+        >>> da, db = a.draft(DraftRequest(prompt, 7, 8, 4)), b.draft(DraftRequest(prompt, 7, 8, 4))
+        >>> a.context_cache == b.context_cache and da == db and a.cache_size == b.cache_size == 9
+        True
+        """
+        n = len(prompt)
+        start = self.cache_size
+        if start >= n:
+            return
+        seg = start if self._seg_start is None else self._seg_start
+        lo = max(seg, start - NGRAM_MAX)
+        self.context_cache.update([int(t) for t in prompt[lo:n]], NGRAM_MIN, NGRAM_MAX, n - start)
+        self.cache_size = n
+        self._seg_start = seg
+
     def draft(self, req: DraftRequest) -> list[int]:
         prompt = req.prompt
         n_prompt = len(prompt)
         id_last = int(req.id_last)
         if self.cache_size < n_prompt + 1:
-            tokens_new = [int(t) for t in prompt[self.cache_size:]]
+            start, seg = self.cache_size, self._seg_start
+            self._seg_start = None
+            # the new tokens are one segment with what prepare() took in (its last tokens reach
+            # into the keys of the new ones), as they would have been without it
+            lo = start if seg is None else max(seg, start - NGRAM_MAX)
+            tokens_new = [int(t) for t in prompt[lo:]]
             tokens_new.append(id_last)
-            self.context_cache.update(tokens_new, NGRAM_MIN, NGRAM_MAX, len(tokens_new))
+            self.context_cache.update(tokens_new, NGRAM_MIN, NGRAM_MAX, n_prompt + 1 - start)
             self.cache_size = n_prompt + 1
         inp_size = n_prompt + 1
         if inp_size < NGRAM_STATIC:

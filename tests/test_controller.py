@@ -730,3 +730,25 @@ def test_the_suffix_matcher_agrees_with_suffix_match_as_the_history_grows_and_is
             for nxt in (None, *range(6)):
                 for cap in (3, 128):
                     assert sm.match(last, nxt, cap) == suffix_match(arr, last, nxt, cap), (hist, last, nxt, cap)
+
+
+def test_prepare_does_the_first_steps_bookkeeping_while_the_prompt_is_read():
+    # the controller's copy of the context and the drafters' own (ngram-cache's context cache)
+    # are brought up to date before the reply's first step, which then finds them current
+    from speculators.ngram_cache import NgramCacheSpeculator
+    passage = list(range(2000, 2040))
+    prompt = passage + [7, 7] + passage[:12]
+    cache = NgramCacheSpeculator()
+    ctl = controller(cache, curve=cpu_like())
+    ctl.begin()
+    ctl.prepare(prompt[:-1])
+    assert cache.cache_size == len(prompt) - 1
+    assert ctl._matcher.match(prompt[-1]) == 12          # the copy so far, found in the prompt
+    ref = NgramCacheSpeculator()
+    req = DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1)
+    ref_draft = ref.draft(req)
+    d = ctl.decide(req)
+    # the first step asked it (the copy is deep enough), and its draft and context cache are
+    # what they are without prepare
+    assert cache.context_cache == ref.context_cache and cache.cache_size == ref.cache_size
+    assert ref_draft and d.draft and d.draft == ref_draft[:len(d.draft)]
