@@ -160,15 +160,15 @@ class SuffixMatcher:
         self._toks: list[int] = []
         self._where: dict[int, list[int]] = {}
         self._n = 0
+        self._last: int | None = None       # tokens[n - 1] when indexed (the list may change in place)
 
     def sync(self, tokens: list[int]) -> None:
         """Follow ``tokens`` (the history; only read, and only its new end when it grew)."""
         n, old = len(tokens), self._n
-        if n < old or (old and (self._toks is not tokens or tokens[old - 1] != self._last)):
-            if n >= old and self._toks is not tokens and tokens[:old] == self._toks[:old]:
-                pass                               # the same history in a new list: keep the index
-            else:
-                self._where, old = {}, 0
+        kept = n >= old and (tokens is self._toks or tokens[:old] == self._toks[:old]) and (
+            not old or tokens[old - 1] == self._last)
+        if not kept:
+            self._where, old = {}, 0
         where = self._where
         for i in range(old, n):
             t = tokens[i]
@@ -262,6 +262,21 @@ class ControllerParams:
     boundary_prior: float = 0.3
     boundary_weight: float = 2.0
     boundary_depth: int = 16
+
+
+def expected_from_rates(rates: Sequence[float]) -> list[float]:
+    """E_1..E_k from the conditional acceptance rates q_1..q_k: the tokens a verify step yields
+    (the target's own token, and each draft token while all before it were accepted).
+
+    >>> expected_from_rates([0.5, 0.5])
+    [1.5, 1.75]
+    """
+    out, p, e = [], 1.0, 1.0
+    for q in rates:
+        p *= q
+        e += p
+        out.append(e)
+    return out
 
 
 class AcceptanceModel:
@@ -374,12 +389,7 @@ class AcceptanceModel:
     def expected_tokens(self, k: int, depth: int = 0) -> list[float]:
         """E_1..E_k: tokens a verify step yields with a draft of 1..k tokens (starting
         ``depth`` positions in)."""
-        out, p, e = [], 1.0, 1.0
-        for q in self.rates(k, depth):
-            p *= q
-            e += p
-            out.append(e)
-        return out
+        return expected_from_rates(self.rates(k, depth))
 
     @property
     def n_observed(self) -> float:
@@ -882,17 +892,11 @@ class Controller:
             return st.model.expected_tokens(n, depth)
         rates = st.model.rates(n, depth)
         q_b = self.boundaries.rate
-        lim = min(n, len(draft) + 1, self.params.boundary_depth - depth)
-        for i in range(lim):
+        for i in range(min(n, self.params.boundary_depth - depth)):
             before = int(draft[i - 1]) if i else prev
             if before is not None and rates[i] > q_b and bnd(before):
                 rates[i] = q_b
-        out, p, e = [], 1.0, 1.0
-        for q in rates:
-            p *= q
-            e += p
-            out.append(e)
-        return out
+        return expected_from_rates(rates)
 
     def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0, depth: int = 0,
                   draft: Sequence[int] | None = None, prev: int | None = None) -> tuple[int, float]:
@@ -1151,11 +1155,12 @@ class Controller:
                 return
             hit = out[idx] == r.tokens[r.scored]
             st.model.observe(r.depth0 + r.scored, hit)
-            before = r.tokens[r.scored - 1] if r.scored else (out[idx - 1] if idx > 0 else None)
-            if (st.by_run and self.boundary is not None and before is not None and idx != self._boundary_seen
-                    and r.depth0 + r.scored < self.params.boundary_depth and self.boundary(before)):
-                self._boundary_seen = idx
-                self.boundaries.observe(hit)
+            if (st.by_run and self.boundary is not None and idx != self._boundary_seen
+                    and r.depth0 + r.scored < self.params.boundary_depth):
+                before = r.tokens[r.scored - 1] if r.scored else (out[idx - 1] if idx > 0 else None)
+                if before is not None and self.boundary(before):
+                    self._boundary_seen = idx
+                    self.boundaries.observe(hit)
             if hit:
                 st.run, st.run_end = r.depth0 + r.scored + 1, r.start + r.scored
             else:

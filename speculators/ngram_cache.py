@@ -873,22 +873,27 @@ class NgramCacheSpeculator(Speculator):
         start = self.cache_size
         if start >= n:
             return
-        seg = start if self._seg_start is None else self._seg_start
-        lo = max(seg, start - NGRAM_MAX)
+        seg, lo = self._segment(start)
         self.context_cache.update([int(t) for t in prompt[lo:n]], NGRAM_MIN, NGRAM_MAX, n - start)
         self.cache_size = n
         self._seg_start = seg
+
+    def _segment(self, start: int) -> tuple[int, int]:
+        """(where the segment that tokens from ``start`` on continue began, the first token an
+        update of them must read: their n-grams' keys reach back into the segment)."""
+        seg = start if self._seg_start is None else self._seg_start
+        return seg, max(seg, start - NGRAM_MAX)
 
     def draft(self, req: DraftRequest) -> list[int]:
         prompt = req.prompt
         n_prompt = len(prompt)
         id_last = int(req.id_last)
         if self.cache_size < n_prompt + 1:
-            start, seg = self.cache_size, self._seg_start
-            self._seg_start = None
+            start = self.cache_size
             # the new tokens are one segment with what prepare() took in (its last tokens reach
             # into the keys of the new ones), as they would have been without it
-            lo = start if seg is None else max(seg, start - NGRAM_MAX)
+            _, lo = self._segment(start)
+            self._seg_start = None
             tokens_new = [int(t) for t in prompt[lo:]]
             tokens_new.append(id_last)
             self.context_cache.update(tokens_new, NGRAM_MIN, NGRAM_MAX, n_prompt + 1 - start)

@@ -138,8 +138,9 @@ class ReplyBody(Widget):
         self._wrap_width = -1
         self._lines: list[tuple[int, int]] = []
         #: while a reply streams, its height starts at this many lines and grows twice as many
-        #: at a time (:meth:`_height`): a new line within them repaints that line alone instead of laying the whole screen out
-        #: again (the app sets it where the model's threads leave the UI no core of its own)
+        #: at a time (:meth:`_height`): a new line within them repaints that line alone instead
+        #: of laying the whole screen out again (the app sets it where the model's threads leave
+        #: the UI no core of its own)
         self.reserve = 1
         self._strips: dict[int, Strip] = {}
         self._strip_key: tuple = ()
