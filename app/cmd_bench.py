@@ -10,6 +10,14 @@ length, drafting cost per call, whether the output equals ``none``'s, and
 the *ceiling*: the tokens/s of one
 batched verify at full acceptance for the same draft length, measured on
 this machine — so a speedup can be read against what is possible here.
+
+With ``--same-text`` every draftlight row writes ``none``'s reply to each
+prompt (teacher-forced: each position is still sampled, then ``none``'s
+token is taken). On quantized weights a batched verify can flip a
+near-tie, after which two types write different replies and their speeds
+measure different work; forced, they are compared on the same text, and
+the *same* column says whether the model's own picks matched ``none``'s at
+every position (where not, the JSON lists each flip with its logit margin).
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip llama-cpp-python's own generation as a reference")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--same-text", action="store_true", dest="same_text",
+                   help="every row writes none's reply to each prompt (teacher-forced), so that types are "
+                        "compared on the same text where a quantized model's batched verify flips a near-tie")
     p.add_argument("--lookup-learn", action="append", default=[], metavar="FILE", dest="lookup_learn",
                    help="measure what a learned dynamic lookup cache brings: first answer the prompts of "
                         "FILE (separated by lines of '---'; repeatable) to fill a fresh dynamic cache, then "
@@ -104,6 +115,26 @@ def _timed_generation(engine, prompts, max_tokens, rounds: int = 1, stop=()) -> 
 
 def _one(res) -> tuple[float, object]:
     return gen_tps(res.stats), res
+
+
+def flips_of(runs: list[list]) -> list[dict]:
+    """The distinct flips of a prompt's forced runs (each run's ``forced_flips``), by
+    position: where the model's own pick was not the forced text's, the largest logit
+    margin seen there, and in how many runs.
+
+        >>> from speculators.sampling import Flip
+        >>> flips_of([[Flip(7, 10, 11, 0.25)], [], [Flip(7, 10, 11, 0.5), Flip(2, 3, 4, 0.0)]])
+        [{'index': 2, 'forced': 3, 'own': 4, 'margin': 0.0, 'runs': 1}, {'index': 7, 'forced': 10, 'own': 11, 'margin': 0.5, 'runs': 2}]
+    """
+    seen: dict[int, dict] = {}
+    for flips in runs:
+        for f in flips or ():
+            d = seen.setdefault(f.index, {"index": f.index, "forced": f.forced, "own": f.own,
+                                         "margin": f.margin, "runs": 0})
+            d["runs"] += 1
+            if f.margin > d["margin"]:
+                d["margin"] = f.margin
+    return [seen[i] for i in sorted(seen)]
 
 
 def lookup_learn_effect(engine, learn_prompts: list[list[int]], prompts: list[list[int]], max_tokens: int,
@@ -271,6 +302,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--lookup-learn: no prompts to learn from")
     if args.max_tokens <= 0:
         raise CliError("--max-tokens must be at least 1")
+    if getattr(args, "same_text", False) and (base_spec.synth_len is not None or base_spec.synth_rates):
+        raise CliError("--same-text cannot be used with synthetic acceptance (its output is not the model's)")
     texts = load_prompts(args) * max(1, args.repeat)
     model_path = resolve_model_path(mopts, stderr_progress)
     ecfg = engine_config(mopts, stderr_progress)
@@ -330,14 +363,27 @@ def run(args: argparse.Namespace) -> int:
         # of two fastest runs does.
         paired: dict[str, list[list[float]]] = {name: [] for name, _ in configs}
 
+        same_text = bool(getattr(args, "same_text", False))
+        forced: list[int] | None = None
+        flip_log: dict[str, list] = {}  # per row: each forced run's flips, for the prompt at hand
+
         def run_one(name: str, sp: SpecParams | None, prompt: list[int]) -> tuple[float, object]:
             if sp is None:
                 t, out, n_gen = _llama_cpp_python_once(llm, prompt, args.max_tokens, stop)
                 return (max(0, n_gen - 1) / t if t else 0.0), (t, out, n_gen)
             engine.set_spec(sp)
-            return _one(engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop))
+            res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop, forced=forced)
+            if forced is not None:
+                flip_log.setdefault(name, []).append(res.stats.forced_flips)
+            return _one(res)
 
         for pi, prompt in enumerate(prompts):
+            if same_text:
+                # none's own reply, which every row then writes
+                _progress(f"prompt {pi + 1}/{len(prompts)}, none's text")
+                engine.set_spec(SpecParams())
+                forced = list(engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop).tokens)
+                flip_log.clear()
             best, per_round = interleave(
                 configs, rounds, lambda name, sp: run_one(name, sp, prompt),
                 progress=lambda done, total, what: _progress(f"prompt {pi + 1}/{len(prompts)}, {what}"))
@@ -357,6 +403,8 @@ def run(args: argparse.Namespace) -> int:
                 res = best[name]
                 row.outputs[pi] = res.tokens
                 per_prompt[name].append(add_result(row, res))
+                if same_text:
+                    per_prompt[name][-1]["flips"] = flips_of(flip_log.get(name, []))
         none_row = rows["none"]
         for name, _ in configs:
             row = rows[name]
@@ -370,10 +418,12 @@ def run(args: argparse.Namespace) -> int:
                 if name == "llama-cpp-python":
                     d["equal_to_none"] = row.outputs[pi] == none_row.outputs[pi]
                 elif name != "none":
-                    d["equal_to_none"] = row.outputs[pi] == none_row.outputs[pi]
+                    # forced, every output is none's: what counts is whether the model's own
+                    # picks were none's at every position
+                    d["equal_to_none"] = not d["flips"] if same_text else row.outputs[pi] == none_row.outputs[pi]
             row.per_prompt = per_prompt[name]
             if name not in ("none", "llama-cpp-python"):
-                row.equal_to_none = row.outputs == none_row.outputs
+                row.equal_to_none = all(d["equal_to_none"] for d in row.per_prompt)
                 if row.mean_draft_len >= 1:
                     row.ceiling_tps = measure_ceiling(engine, prompts[0], round(row.mean_draft_len))
         ordered = [rows[name] for name, _ in configs]
@@ -406,6 +456,7 @@ def run(args: argparse.Namespace) -> int:
         if ordered[0].name == "llama-cpp-python" and ordered[0].tps > 0:
             report["none_vs_llama_cpp_python"] = round(base_tps / ordered[0].tps, 3)
         report["synthetic"] = bool(base_spec.synth_len is not None or base_spec.synth_rates)
+        report["same_text"] = same_text
     except LookupCacheError as e:
         raise CliError(str(e)) from None
     finally:
@@ -466,6 +517,14 @@ def print_table(report: dict) -> None:
             line += (f"; controller: {c['n_drafted']} of {c['n_steps']} steps drafted ({c['n_cut']} cut), "
                      f"{c['n_skipped']} skipped, {quiet} of {len(pp)} prompts without a draft")
         print(line)
+    if report.get("same_text"):
+        print("--same-text: every row wrote none's reply to each prompt; 'same' says whether the model's "
+              "own pick was none's at every position")
+        for r in report["rows"]:
+            flips = [f for d in r.get("per_prompt") or [] for f in d.get("flips") or ()]
+            if flips:
+                print(f"  {r['name']}: {len(flips)} positions where it was not (largest logit margin "
+                      f"{max(f['margin'] for f in flips):.3f})")
     if "none_vs_llama_cpp_python" in report:
         print(f"none through draftlight's loop runs at {report['none_vs_llama_cpp_python']:.3f}× "
               f"llama-cpp-python's own generation")

@@ -293,7 +293,7 @@ class Engine:
                  sampling: SamplingParams | None = None, stop: Sequence[str] = (),
                  cancel: Callable[[], bool] | None = None,
                  stats_interval_s: float = 0.25, context_shift: bool = False,
-                 n_keep: int = 0) -> Iterator[Event]:
+                 n_keep: int = 0, forced: Sequence[int] | None = None) -> Iterator[Event]:
         """Yield :class:`StepEvent` s, :class:`StatsEvent` s, then one :class:`FinishEvent`.
 
         ``context_shift``: when the context fills up during the reply, keep
@@ -303,6 +303,10 @@ class Engine:
         ending with ``STOP_CONTEXT``. :attr:`last_shifts` lists the shifts
         of this generation. With a hidden-state drafter in the chain the
         reply still ends at the limit (the finish message says why).
+
+        ``forced``: write these tokens (benchmarks: every type writes the same text, see
+        :class:`~speculators.sampling.Sampler`); where the model would have picked another,
+        ``stats.forced_flips`` says so.
         """
         sampling = sampling or SamplingParams()
         prompt = list(prompt)
@@ -319,10 +323,14 @@ class Engine:
                 f"shorten it or raise the context size")
         chain = self.chain
         assert chain is not None
-        sampler = Sampler(sampling, self.model)
         synth_probs = chain.synth_probs
+        if forced is not None and synth_probs:
+            raise GenerationError("a forced text and synthetic acceptance do not go together")
+        sampler = Sampler(sampling, self.model, forced=forced)
         synth_rng = random.Random(None if sampler.seed == DEFAULT_SEED else sampler.seed)
         stats = GenerationStats(n_prompt=len(prompt), synthetic=bool(synth_probs))
+        if forced is not None:
+            stats.forced_flips = sampler.flips  # filled as the reply is written
         base_spec_stats = chain.stats()
         ctrl = self.controller if self.controller is not None and self.controller.chain is chain else None
         self.last_shifts = []

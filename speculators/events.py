@@ -63,6 +63,9 @@ class GenerationStats:
     speculators: dict[str, SpeculatorStats] = field(default_factory=dict)
     #: the adaptive controller's decisions in this generation (None: controller off)
     controller: ControllerStats | None = None
+    #: a forced run (``Engine.generate(forced=...)``): where the model's own pick differed
+    #: (:class:`~speculators.sampling.Flip`); None when not forced
+    forced_flips: list | None = None
 
     @property
     def tokens_per_s(self) -> float:

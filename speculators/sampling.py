@@ -53,12 +53,45 @@ class SamplingParams:
             raise ParamError("seed", "must be within [0, 4294967295]")
 
 
+@dataclass
+class Flip:
+    """A position where a forced run's model picked another token than the forced one."""
+
+    index: int     #: position in the reply (0: its first token)
+    forced: int    #: the forced token
+    own: int       #: the token the model's sampler picked
+    margin: float  #: greedy only: the own token's logit minus the forced one's (nan otherwise)
+
+
 class Sampler:
-    def __init__(self, params: SamplingParams, model: Model):
+    """The target's sampler.
+
+    ``forced``: a teacher-forced run (benchmarks): each position still samples as usual (the
+    same work), then the forced token is taken in its place while any are left, so that runs
+    of different speculative types write the same text. Where the model's own pick differs,
+    :attr:`flips` records it, with the logit margin (greedy) that shows whether it was a
+    near-tie. A restore (:meth:`save` / :meth:`restore`) rewinds the forced position too.
+
+        >>> class _Model:
+        ...     suppress_tokens = None
+        ...     def is_eog(self, t): return False
+        >>> class _Ctx:
+        ...     def logits(self, i): return np.array([0.0, 2.0, 1.5])  # the model picks 1
+        >>> s = Sampler(SamplingParams(temperature=0.0), _Model(), forced=[1, 2])
+        >>> s.sample_and_accept_n(_Ctx(), [0, 1], [1])  # draft [1]: accepted, then 2 is forced
+        [1, 2]
+        >>> s.flips
+        [Flip(index=1, forced=2, own=1, margin=0.5)]
+    """
+
+    def __init__(self, params: SamplingParams, model: Model, forced: Sequence[int] | None = None):
         params.validate()
         self.params = params
         self.model = model
         self._chain = None
+        self._forced = list(forced) if forced is not None else None
+        self._pos = 0  # tokens sampled (the reply's next position)
+        self.flips: list[Flip] = []
         #: token ids the model never lets be sampled (None: none)
         self._suppress = getattr(model, "suppress_tokens", None)
         self.seed = params.seed
@@ -85,6 +118,23 @@ class Sampler:
 
     def sample(self, ctx: Context, idx: int) -> int:
         """Sample (and accept) one token from output row ``idx``."""
+        if self._forced is None:
+            return self._sample(ctx, idx)
+        own = self._sample(ctx, idx)
+        i = self._pos
+        self._pos += 1
+        if i >= len(self._forced):
+            return own
+        tok = self._forced[i]
+        if tok != own:
+            margin = float("nan")
+            if self._chain is None:
+                logits = ctx.logits(idx)
+                margin = float(logits[own] - logits[tok])
+            self.flips.append(Flip(i, tok, own, round(margin, 4)))
+        return tok
+
+    def _sample(self, ctx: Context, idx: int) -> int:
         if self._chain is None:
             logits = ctx.logits(idx)
             if self._suppress is not None:
@@ -110,23 +160,28 @@ class Sampler:
         return out
 
     def save(self):
-        """A copy of the native chain (its RNG state too) to :meth:`restore` after a verify
-        that is undone (llama-server's ``common_sampler_clone``); None when greedy."""
-        return lc.llama_sampler_clone(self._chain) if self._chain is not None else None
+        """What :meth:`restore` needs after a verify that is undone: a copy of the native chain
+        (its RNG state too; llama-server's ``common_sampler_clone``) and the reply position."""
+        return (lc.llama_sampler_clone(self._chain) if self._chain is not None else None,
+                self._pos, len(self.flips))
 
     def restore(self, saved) -> None:
         """Back to what :meth:`save` copied (``saved`` is consumed)."""
         if saved is None:
             return
-        old, self._chain = self._chain, saved
+        chain, self._pos, n_flips = saved
+        del self.flips[n_flips:]
+        if chain is None:
+            return
+        old, self._chain = self._chain, chain
         if old is not None:
             lc.llama_sampler_free(old)
 
     @staticmethod
     def drop(saved) -> None:
         """Free a :meth:`save` copy that was not needed."""
-        if saved is not None:
-            lc.llama_sampler_free(saved)
+        if saved is not None and saved[0] is not None:
+            lc.llama_sampler_free(saved[0])
 
     def close(self) -> None:
         if self._chain is not None:
