@@ -98,6 +98,8 @@ MATCH_SLACK = 4
 MATCH_ASK = 4
 #: the longest match looked for
 MATCH_CAP = 128
+#: a step number never reached (a drafter that is never probed)
+NEVER = 1 << 62
 #: a lookup drafter's acceptance at run position ``d`` starts from ``(d + a q_0) / (d + a)``
 #: with this ``a`` (1: Laplace's rule of succession)
 RUN_PRIOR_A = 1.0
@@ -245,12 +247,18 @@ class ControllerParams:
     probe_len: int = 2
     probe_every: int = 16
     probe_every_max: int = 256
-    #: model drafters that could not pay even with every draft accepted (their drafting and
-    #: upkeep cost more than a verify saves) are probed this rarely, to re-measure their cost
+    #: model drafters measured unable to pay even with every draft accepted (their drafting and
+    #: upkeep cost more than a verify saves) are probed rarely, to re-measure their cost: at
+    #: least this many steps apart, and so that their probes (a paused drafter's catch-up on
+    #: the context it missed included) take at most ``probe_hopeless_share`` of the steps'
+    #: time, up to ``probe_every_hopeless_max`` steps apart
     probe_every_hopeless: int = 256
+    probe_hopeless_share: float = 0.005
+    probe_every_hopeless_max: int = 16384
     #: a model drafter not measured yet is priced from the sizes of its model and the target's
     #: (decoding is mostly reading the weights) times this, on the optimistic side; one that
-    #: could not pay even so is not mirrored or asked until its hopeless probe
+    #: could not pay even so is neither mirrored nor asked (nor probed: a probe would first
+    #: decode the whole context on its model, as costly as a reply)
     prior_optimism: float = 0.75
     #: refine the cost curve from the steps the engine times
     online_cost: bool = True
@@ -470,6 +478,8 @@ class _SpecState:
         self._pot: tuple[int, float] = (0, 0.0)
         #: ``t_call`` is the size-based prior (the first measurement replaces it)
         self.t_prior = False
+        #: seconds the last probe's ask took (a paused drafter's catch-up included)
+        self.probe_s = 0.0
         #: the run: how many target tokens in a row, up to ``run_end`` (absolute position),
         #: this drafter's proposals have predicted. A lookup drafter's next draft continues
         #: it (a copy goes on; its n-gram match is the same one), so its tokens are read at
@@ -812,10 +822,10 @@ class Controller:
         return st
 
     def _give_up(self, st: _SpecState) -> None:
-        """Until its rare probe: not asked, not mirrored."""
+        """Until its rare probe (none when its size says it cannot pay): not asked, not mirrored."""
         st.hopeless = True
         st.probe_every = self.params.probe_every_hopeless
-        st.next_probe = self.step + st.probe_every
+        st.next_probe = NEVER if st.t_prior else self.step + st.probe_every
         self._set_upkeep(st, False)
 
     def _price_from_sizes(self, st: _SpecState) -> None:
@@ -830,11 +840,11 @@ class Controller:
         if not prior or prior <= 0:
             return
         st.t_call = self.params.prior_optimism * float(prior) * self.t1_s
+        st.t_prior = True
         if self._is_hopeless(st):
-            st.t_prior = True
             self._give_up(st)
         else:
-            st.t_call = None        # it may pay: what it costs is measured
+            st.t_call, st.t_prior = None, False   # it may pay: what it costs is measured
 
     @staticmethod
     def _cost_key(st: _SpecState) -> str:
@@ -970,6 +980,28 @@ class Controller:
         _, g = self._gain_curve(st, [k + 1.0 for k in range(1, min(n, self.params.max_len) + 1)])
         return g < 1.0 + self.params.margin
 
+    def _hopeless_interval(self, st: _SpecState) -> int:
+        """Steps until a hopeless drafter's next probe: its last probe's cost (its catch-up
+        included) at most ``probe_hopeless_share`` of the steps' time.
+
+            >>> from types import SimpleNamespace
+            >>> ctl = Controller.__new__(Controller)
+            >>> ctl.params, ctl.cost = ControllerParams(), SimpleNamespace(t1_s=0.0125)  # 12.5 ms steps
+            >>> st = _SpecState.__new__(_SpecState)
+            >>> st.probe_s = 0.22                # a probe that first decoded 60 missed tokens
+            >>> ctl._hopeless_interval(st)       # 0.22 s / (0.5 % of 12.5 ms)
+            3520
+            >>> st.probe_s = 0.001
+            >>> ctl._hopeless_interval(st)
+            256
+        """
+        p = self.params
+        t1 = self.t1_s or 0.0
+        n = p.probe_every_hopeless
+        if t1 > 0 and p.probe_hopeless_share > 0:
+            n = max(n, math.ceil(st.probe_s / (p.probe_hopeless_share * t1)))
+        return min(n, p.probe_every_hopeless_max)
+
     def _probe_interval(self, st: _SpecState) -> int:
         n_cold = max(1, len(self.states))
         share = self._draft_cost(st, 1) if st.t_call is not None else 0.0
@@ -1054,6 +1086,8 @@ class Controller:
             t0 = self.clock()
             draft, _ = self.chain.ask(spec, DraftRequest(req.prompt, req.id_last, req.pos0, n_ask))
             dt = self.clock() - t0
+            if probe:
+                st.probe_s = dt     # with a paused drafter's catch-up: what the probe cost
             # a paused drafter catching up on the target's tokens: upkeep, not drafting
             dt = max(0.0, dt - (spec.stats.t_process_us - tp0) * 1e-6)
             asked += 1
@@ -1187,7 +1221,7 @@ class Controller:
                 n_acc = len(ids) - 1
                 if st.hopeless:
                     # its costs alone outweigh what a verify can save: only re-measure now and then
-                    st.probe_every = self.params.probe_every_hopeless
+                    st.probe_every = self._hopeless_interval(st)
                 elif n_acc > 0:
                     st.probe_every = self.params.probe_every
                 else:

@@ -120,7 +120,8 @@ def test_the_controller_pauses_a_drafter_that_does_not_pay_and_resumes_it(kind, 
     eng, spec = _engine(*bigram[kind], spec)
     try:
         eng.controller_params = ControllerParams(online_cost=False, probe_every=4, probe_every_max=4,
-                                                 probe_every_hopeless=4)
+                                                 probe_every_hopeless=4,
+                                                 probe_every_hopeless_max=4)
         curve = CostCurve({k: 1.0 + 0.3 * k for k in range(65)})
         curve.t1_s = 1e-6
         eng.cost_curve = curve

@@ -48,7 +48,8 @@ def test_a_paused_mtp_head_is_caught_up_before_it_drafts_and_stays_lossless(qwen
     eng = Engine(str(qwen35), EngineConfig(n_ctx=1024, n_batch=512, n_threads=2, reuse_prefix=False))
     try:
         eng.controller_params = ControllerParams(online_cost=False, probe_every=4, probe_every_max=4,
-                                                 probe_every_hopeless=4)
+                                                 probe_every_hopeless=4,
+                                                 probe_every_hopeless_max=4)
         curve = CostCurve({k: 1.0 + 0.3 * k for k in range(65)})
         curve.t1_s = 1e-6            # drafting never pays: the head is paused and only probed
         eng.cost_curve = curve

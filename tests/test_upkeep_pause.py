@@ -74,7 +74,8 @@ def test_paused_and_resumed_draft_model_is_lossless_and_caught_up(f16_engine, q2
 
         # Automatic, with a one-token step so fast that the draft model cannot pay for its upkeep
         eng.controller_params = ControllerParams(online_cost=False, probe_every=4, probe_every_max=4,
-                                                 probe_every_hopeless=4)
+                                                 probe_every_hopeless=4,
+                                                 probe_every_hopeless_max=4)
         curve = CostCurve({k: 1.0 + 0.3 * k for k in range(65)})
         curve.t1_s = 0.0005
         eng.cost_curve = curve
