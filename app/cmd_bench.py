@@ -302,7 +302,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--lookup-learn: no prompts to learn from")
     if args.max_tokens <= 0:
         raise CliError("--max-tokens must be at least 1")
-    if getattr(args, "same_text", False) and (base_spec.synth_len is not None or base_spec.synth_rates):
+    same_text = bool(getattr(args, "same_text", False))
+    if same_text and (base_spec.synth_len is not None or base_spec.synth_rates):
         raise CliError("--same-text cannot be used with synthetic acceptance (its output is not the model's)")
     texts = load_prompts(args) * max(1, args.repeat)
     model_path = resolve_model_path(mopts, stderr_progress)
@@ -363,7 +364,6 @@ def run(args: argparse.Namespace) -> int:
         # of two fastest runs does.
         paired: dict[str, list[list[float]]] = {name: [] for name, _ in configs}
 
-        same_text = bool(getattr(args, "same_text", False))
         forced: list[int] | None = None
         flip_log: dict[str, list] = {}  # per row: each forced run's flips, for the prompt at hand
 
