@@ -8,7 +8,7 @@ tmux with the settings as flags and fresh folders, the prompt is typed and sent,
 figures are read from the chat history it saves (the footer's tokens/s); then ``draftlight
 generate --json`` runs the same request with the same flags. Prints per configuration the best
 tokens/s of each and their ratio chat/generate (target ≥ 0.95), and the median of the paired
-ratios, and the UI process's CPU time per reply token while the reply streams (the runner's is not
+ratios (the two sides of a round run in turn, chat first in even rounds, generate first in odd ones), and the UI process's CPU time per reply token while the reply streams (the runner's is not
 in it). Needs tmux.
 """
 from __future__ import annotations
@@ -133,8 +133,14 @@ def main() -> int:
         for _ in range(a.rounds):
             # fresh folders for each side: neither learns from the other's lookup caches
             with tempfile.TemporaryDirectory(prefix="draftlight-bench-") as tmp:
-                c = chat_once([*base, *flags], a.prompt, folders(Path(tmp) / "chat"))
-                g = generate_once([*base, "generate", *flags], a.prompt, folders(Path(tmp) / "generate"))
+                # ABBA: every other round runs generate first, so that a machine whose speed drifts
+                # (a shared VM's does, by up to 1.5x over minutes) favours neither side
+                if len(chat) % 2 == 0:
+                    c = chat_once([*base, *flags], a.prompt, folders(Path(tmp) / "chat"))
+                    g = generate_once([*base, "generate", *flags], a.prompt, folders(Path(tmp) / "generate"))
+                else:
+                    g = generate_once([*base, "generate", *flags], a.prompt, folders(Path(tmp) / "generate"))
+                    c = chat_once([*base, *flags], a.prompt, folders(Path(tmp) / "chat"))
             chat.append(tps(c["stats"]))
             gen.append(tps(g["stats"]))
             paired.append(chat[-1] / gen[-1] if gen[-1] else 0.0)
