@@ -8,7 +8,8 @@ tmux with the settings as flags and fresh folders, the prompt is typed and sent,
 figures are read from the chat history it saves (the footer's tokens/s); then ``draftlight
 generate --json`` runs the same request with the same flags. Prints per configuration the best
 tokens/s of each and their ratio chat/generate (target ≥ 0.95), and the median of the paired
-ratios (the two sides of a round run in turn, chat first in even rounds, generate first in odd ones), and the UI process's CPU time per reply token while the reply streams (the runner's is not
+ratios (a round's two sides run in ABBA order: chat first in even rounds, generate first in odd
+ones), and the UI process's CPU time per reply token while the reply streams (the runner's is not
 in it). Needs tmux.
 """
 from __future__ import annotations
