@@ -677,6 +677,25 @@ def test_an_echo_of_the_persons_words_is_not_verified_past_the_end_of_their_sent
     assert lengths[0] <= 2 and lengths[1] > 4, lengths
 
 
+def test_a_longer_quote_of_part_of_a_sentence_is_not_verified_past_its_end_either():
+    # "What did the keeper carry?" -> "... a small notebook in which he wrote the weather, the
+    # ships he saw, and the colour of the sea." and the reply ends: 18 tokens already copied
+    # when the lookup drafts on into the passage's next sentence. A verify of its whole draft
+    # costs ~11 one-token steps on this CPU; the sentence's end, 3 tokens in, is where it stops
+    message = list(range(2000, 2020)) + [DOT] + list(range(2021, 2060))
+    prompt = message + [7, 7] + message[:18]
+    lookup = Lookup(lambda ctx: message[18:18 + 32] if ctx[-18:] == message[:18] else [])
+    lengths = []
+    for boundary in (lambda t: t == DOT, None):
+        ctl = controller(lookup, curve=cpu_like())
+        ctl.boundary = boundary
+        ctl.begin()
+        d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
+        assert d.draft == message[18:18 + len(d.draft)]
+        lengths.append(len(d.draft))
+    assert lengths[0] <= 3 and lengths[1] > 8, lengths
+
+
 def test_copies_that_go_on_past_sentence_ends_teach_the_controller_to_draft_across_them():
     sentences = [list(range(3000 + 10 * i, 3005 + 10 * i)) + [DOT] for i in range(16)]
     passage = [t for s in sentences for t in s]
