@@ -658,23 +658,30 @@ def test_a_draft_is_cut_where_the_reply_would_end():
 DOT = 500        # a token that ends a sentence (the engine's sentence_end says which do)
 
 
-def test_an_echo_of_the_persons_words_is_not_verified_past_the_end_of_their_sentence():
-    # the reply repeats the start of the person's message (" I have eggs, spinach and some
-    # cheese.") and, as often as not, stops at its sentence's end; the lookup drafts on into the
-    # message's next sentence. Early in a run, what follows a sentence's end is taken at the
-    # rate seen there (a cautious prior at first): the verify stops at the boundary
-    message = list(range(2000, 2009)) + [DOT] + list(range(2010, 2030))
-    prompt = message + [7, 7] + message[:8]
-    lookup = Lookup(lambda ctx: message[8:8 + 20] if ctx[-8:] == message[:8] else [])
+def echo_draft_lengths(message, n_echoed, n_draft):
+    """The length of the first verified draft when the reply has echoed ``message[:n_echoed]``
+    and the lookup drafts ``n_draft`` more of it: with the sentence boundary known, and without."""
+    prompt = message + [7, 7] + message[:n_echoed]
+    lookup = Lookup(lambda ctx: message[n_echoed:n_echoed + n_draft] if ctx[-n_echoed:] == message[:n_echoed] else [])
     lengths = []
     for boundary in (lambda t: t == DOT, None):
         ctl = controller(lookup, curve=cpu_like())
         ctl.boundary = boundary
         ctl.begin()
         d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
-        assert d.draft == message[8:8 + len(d.draft)]
+        assert d.draft == message[n_echoed:n_echoed + len(d.draft)]
         lengths.append(len(d.draft))
-    assert lengths[0] <= 2 and lengths[1] > 4, lengths
+    return lengths
+
+
+def test_an_echo_of_the_persons_words_is_not_verified_past_the_end_of_their_sentence():
+    # the reply repeats the start of the person's message (" I have eggs, spinach and some
+    # cheese.") and, as often as not, stops at its sentence's end; the lookup drafts on into the
+    # message's next sentence. Early in a run, what follows a sentence's end is taken at the
+    # rate seen there (a cautious prior at first): the verify stops at the boundary
+    message = list(range(2000, 2009)) + [DOT] + list(range(2010, 2030))
+    with_end, without = echo_draft_lengths(message, 8, 20)
+    assert with_end <= 2 and without > 4, (with_end, without)
 
 
 def test_a_longer_quote_of_part_of_a_sentence_is_not_verified_past_its_end_either():
@@ -683,17 +690,8 @@ def test_a_longer_quote_of_part_of_a_sentence_is_not_verified_past_its_end_eithe
     # when the lookup drafts on into the passage's next sentence. A verify of its whole draft
     # costs ~11 one-token steps on this CPU; the sentence's end, 3 tokens in, is where it stops
     message = list(range(2000, 2020)) + [DOT] + list(range(2021, 2060))
-    prompt = message + [7, 7] + message[:18]
-    lookup = Lookup(lambda ctx: message[18:18 + 32] if ctx[-18:] == message[:18] else [])
-    lengths = []
-    for boundary in (lambda t: t == DOT, None):
-        ctl = controller(lookup, curve=cpu_like())
-        ctl.boundary = boundary
-        ctl.begin()
-        d = ctl.decide(DraftRequest(prompt=prompt[:-1], id_last=prompt[-1], pos0=len(prompt) - 1, n_max=-1))
-        assert d.draft == message[18:18 + len(d.draft)]
-        lengths.append(len(d.draft))
-    assert lengths[0] <= 3 and lengths[1] > 8, lengths
+    with_end, without = echo_draft_lengths(message, 18, 32)
+    assert with_end <= 3 and without > 8, (with_end, without)
 
 
 def test_copies_that_go_on_past_sentence_ends_teach_the_controller_to_draft_across_them():
