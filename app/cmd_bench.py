@@ -382,7 +382,9 @@ def run(args: argparse.Namespace) -> int:
                 # none's own reply, which every row then writes
                 _progress(f"prompt {pi + 1}/{len(prompts)}, none's text")
                 engine.set_spec(SpecParams())
-                forced = list(engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop).tokens)
+                # what it wrote through its end (the end-of-turn token, or the stop string's tokens):
+                # forced to that too, every row ends its reply where none's ended
+                forced = list(engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop).written)
                 flip_log.clear()
             best, per_round = interleave(
                 configs, rounds, lambda name, sp: run_one(name, sp, prompt),

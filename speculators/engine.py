@@ -636,7 +636,7 @@ class Engine:
                         f"({dropped} older tokens left out)")
         result = GenerationResult(reply.text, [t.id for t in reply.tokens],
                                   [t.drafted_by for t in reply.tokens], [t.draft_pos for t in reply.tokens],
-                                  finish or STOP_EOG, stats, message)
+                                  finish or STOP_EOG, stats, message, written=list(reply.written))
         yield StatsEvent(stats)
         yield FinishEvent(result)
 
@@ -738,8 +738,8 @@ class ReplyBuilder:
     ([], [])
     >>> r.add(4, None, None)
     ([], 'stop_string')
-    >>> r.text
-    'Hi'
+    >>> r.text, r.written            # what the model wrote, the stop string's tokens too
+    ('Hi', [1, 2, 3, 4])
     """
 
     def __init__(self, model, stop: Sequence[str], max_tokens: int):
@@ -752,6 +752,9 @@ class ReplyBuilder:
         self._held: list[tuple[int, TokenEvent]] = []  # (text offset, event)
         self.tokens: list[TokenEvent] = []  # released, in order
         self.n_produced = 0
+        #: every token id added, through the one that ended the reply (an end-of-generation
+        #: token, the last of a stop string), held-back and cut ones included
+        self.written: list[int] = []
 
     @property
     def text(self) -> str:
@@ -768,6 +771,7 @@ class ReplyBuilder:
         return out
 
     def add(self, tok: int, by: str | None, pos: int | None) -> tuple[list[TokenEvent], str | None]:
+        self.written.append(tok)
         if self.model.is_eog(tok):
             return self._release(), STOP_EOG
         start = len(self._text)

@@ -148,6 +148,11 @@ class GenerationResult:
     finish_reason: str
     stats: GenerationStats
     message: str = ""
+    #: every token the model wrote, through the one that ended the reply: ``tokens`` and, where
+    #: the reply ended on an end-of-generation token or a stop string, that token or the stop
+    #: string's tokens (not shown). What a teacher-forced run (``forced``) must be given to write
+    #: the same reply and end it where this one ended.
+    written: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {

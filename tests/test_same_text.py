@@ -50,6 +50,31 @@ def test_a_forced_run_writes_the_forced_text_and_says_where_the_model_disagreed(
     assert res.stats.n_accepted > 0 and res.stats.n_steps < len(own)
 
 
+def test_a_run_forced_to_what_a_reply_wrote_ends_where_that_reply_ended(f16_engine):
+    """``written`` is the reply's tokens and what ended it (here the transcript's stop string,
+    held back from the text). Forced to it, a run ends at the same place in the same way,
+    even where its own model would have gone on: cut short mid-sentence, every type stops
+    there and records the flip. (Forced to ``tokens`` alone, a run writes on past their end
+    with its own picks: on quantized weights, a verify batch over the end that flips a near-tie
+    there made a row time a longer, other reply than none's.)"""
+    eng = f16_engine
+    prompt = eng.prompt_tokens(text="What is the difference between weather and climate?")
+    ref = _run(eng, SpecParams(), prompt, n=64)
+    n = len(ref.tokens)
+    assert ref.finish_reason in ("stop", "stop_string") and n >= 4
+    assert ref.written[:n] == list(ref.tokens) and len(ref.written) > n
+    end = ref.written[n:]
+    for spec in (SpecParams(), SpecParams.from_types("ngram-simple"), SpecParams.auto()):
+        res = _run(eng, spec, prompt, n=64, forced=ref.written)
+        assert (list(res.tokens), res.written, res.finish_reason) == (list(ref.tokens), ref.written, ref.finish_reason)
+        assert res.stats.forced_flips == []  # F16: lossless
+        k = n // 2
+        cut = list(ref.tokens[:k]) + end
+        res = _run(eng, spec, prompt, n=64, forced=cut)
+        assert (list(res.tokens), res.written, res.finish_reason) == (cut[:k], cut, ref.finish_reason)
+        assert res.stats.forced_flips and res.stats.forced_flips[0].index == k
+
+
 def test_on_q4_every_type_forced_to_none_text_disagrees_only_at_near_ties(q4_engine):
     """On Q4_K_M, a batched verify's logits differ from one-token decoding's by up to ~0.8:
     forced to none's text, a type's own pick may differ from it only where the two tokens'

@@ -84,7 +84,7 @@ def main() -> int:
             forced = ref_tokens[i] if a.same_text and history is not None else None
             r = eng.run(eng.prompt_tokens(messages), max_tokens=a.n, sampling=greedy, stop=stop, forced=forced)
             if history is None:
-                ref_tokens.append(list(r.tokens))
+                ref_tokens.append(list(r.written))      # through its end: every configuration ends there
             elif forced is not None:
                 flips[name] = flips.get(name, 0) + len(r.stats.forced_flips)
             n_tok += max(0, r.stats.n_generated - 1)
