@@ -13,7 +13,8 @@ this machine — so a speedup can be read against what is possible here.
 
 With ``--same-text`` every draftlight row writes ``none``'s reply to each
 prompt (teacher-forced: each position is still sampled, then ``none``'s
-token is taken). On quantized weights a batched verify can flip a
+token is taken, through the token or stop string that ended it, so every
+row ends where ``none`` ended). On quantized weights a batched verify can flip a
 near-tie, after which two types write different replies and their speeds
 measure different work; forced, they are compared on the same text, and
 the *same* column says whether the model's own picks matched ``none``'s at
