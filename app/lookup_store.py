@@ -1023,15 +1023,71 @@ def _chunks(text: str, size: int = _CHUNK_CHARS) -> Iterable[str]:
         i = j
 
 
+_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"', ord("\\"): b"\\"}
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _hex2(a: int, b: int) -> int | None:
+    """``strtol`` of the two characters ``a b`` in base 16 when it reads both (leading white
+    space or a sign allowed), else None."""
+    if b not in _HEX:
+        return None
+    if a in _HEX:
+        return int(bytes((a, b)), 16)
+    if a in b" \t\n\v\f\r+":
+        return int(bytes((b,)), 16)
+    if a == ord("-"):
+        return -int(bytes((b,)), 16)
+    return None
+
+
+def process_escapes(data: bytes) -> bytes:
+    r"""llama.cpp's escape processing of a prompt (``string_process_escapes``, on by default:
+    ``--escape``): ``\n``, ``\r``, ``\t``, ``\'``, ``\"``, ``\\`` and ``\xHH`` become what they
+    name; any other backslash stays as it is.
+
+    >>> process_escapes(rb'a\nb \"q\" \\n \x41\x4 \q \\')
+    b'a\nb "q" \\n A\\x4 \\q \\'
+    >>> process_escapes(rb'\x 9\x-1\xg1')
+    b'\t\xff\\xg1'
+    """
+    if b"\\" not in data:
+        return data
+    out = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        c = data[i]
+        if c != 0x5C or i + 1 >= n:
+            out.append(c)
+            i += 1
+            continue
+        e = data[i + 1]
+        rep = _ESCAPES.get(e)
+        if rep is not None:
+            out += rep
+            i += 2
+        elif e == ord("x") and i + 3 < n and _hex2(data[i + 2], data[i + 3]) is not None:
+            out.append(_hex2(data[i + 2], data[i + 3]) & 0xFF)   # as C's char(strtol(...))
+            i += 4
+        else:
+            out += data[i:i + 2]
+            i += 2
+    return bytes(out)
+
+
 def read_prompt_text(path: str | os.PathLike) -> str:
-    """A text file as llama.cpp's ``-f``/``--file`` reads a prompt: the bytes as they are
-    (no newline translation), less one trailing ``\\n`` (``common/arg.cpp`` pops it).
+    r"""A text file as llama.cpp's ``-f``/``--file`` reads a prompt: the bytes as they are
+    (no newline translation), less one trailing ``\n`` (``common/arg.cpp`` pops it), then with
+    its escapes processed (:func:`process_escapes`), as llama.cpp's tools do by default.
 
     ``llama-lookup-create -f`` and ``llama-lookup-stats -f`` read their corpus this way,
-    so counting the final newline would add one n-gram occurrence that they do not have.
+    so counting the final newline would add one n-gram occurrence that they do not have,
+    and a corpus that holds a written ``\n`` (a backslash and an n) would give other n-grams.
     """
-    text = Path(path).read_bytes().decode("utf-8", "replace")
-    return text[:-1] if text.endswith("\n") else text
+    data = Path(path).read_bytes()
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    return process_escapes(data).decode("utf-8", "replace")
 
 
 def build_static_cache(model, files: Sequence[str | os.PathLike],

@@ -68,7 +68,9 @@ def test_lookup_create_is_byte_identical_to_llama_lookup_create(default_model_pa
     corpus = _corpus(tmp_path / "corpus.txt")
     crlf = tmp_path / "crlf.txt"  # -f keeps \r; only one trailing \n goes
     crlf.write_bytes(b"one two three\r\none two three\r\nfour five\r\n\n")
-    for src in (corpus, crlf):
+    esc = tmp_path / "escapes.txt"  # -f processes escapes: a written \n is a newline to it
+    esc.write_bytes(b"say \\n and \\\"it\\\" \\x41\\x4 \\q one two\\tthree one two\\tthree\n")
+    for src in (corpus, crlf, esc):
         want, got = tmp_path / f"{src.stem}.native.bin", tmp_path / f"{src.stem}.ours.bin"
         r = subprocess.run([str(BIN / "llama-lookup-create"), "-m", str(default_model_path), "-f", str(src),
                             "-lcs", str(want), "-c", "256", "-t", "2",
