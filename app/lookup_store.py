@@ -1063,11 +1063,12 @@ def process_escapes(data: bytes) -> bytes:
             continue
         e = data[i + 1]
         rep = _ESCAPES.get(e)
+        val = _hex2(data[i + 2], data[i + 3]) if rep is None and e == ord("x") and i + 3 < n else None
         if rep is not None:
             out += rep
             i += 2
-        elif e == ord("x") and i + 3 < n and _hex2(data[i + 2], data[i + 3]) is not None:
-            out.append(_hex2(data[i + 2], data[i + 3]) & 0xFF)   # as C's char(strtol(...))
+        elif val is not None:
+            out.append(val & 0xFF)   # as C's char(strtol(...))
             i += 4
         else:
             out += data[i:i + 2]
