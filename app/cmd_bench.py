@@ -287,7 +287,7 @@ def bench_rows(args: argparse.Namespace, base_spec: SpecParams) -> list[tuple[st
 
 
 def run(args: argparse.Namespace) -> int:
-    from speculators.engine import Engine
+    from speculators.engine import Engine, load_plan_for
     from speculators.ngram_cache import LookupCacheError
     from .cli import CliError
 
@@ -310,10 +310,17 @@ def run(args: argparse.Namespace) -> int:
     model_path = resolve_model_path(mopts, stderr_progress)
     ecfg = engine_config(mopts, stderr_progress)
     ecfg.reuse_prefix = False
+    # the target loaded as the chat and generate load it for these types (its MTP layers,
+    # recurrent-state snapshots): every row rolls its drafts back as it would there
+    plan = load_plan_for(model_path, [sp for _, sp in row_specs])
+    ecfg.load_mtp, ecfg.n_rs_seq = plan.load_mtp, plan.n_rs_seq
     engine = Engine(model_path, ecfg, SpecParams())
     report: dict = {"model": model_path, "n_ctx": engine.ctx.n_ctx, "threads": engine.ctx.n_threads,
                     "max_tokens": args.max_tokens, "prompts": len(texts), "rounds": max(1, args.rounds),
                     "rows": []}
+    if engine.model.is_recurrent or engine.model.is_hybrid or plan.load_mtp:
+        # how the target was loaded for these rows (as the chat loads it for each of them)
+        report["load_plan"] = {"load_mtp": plan.load_mtp, "n_rs_seq": engine.n_rs_seq}
     llm = None
     try:
         prompts = [engine.prompt_tokens(text=t, raw=True) if args.raw else engine.prompt_tokens(text=t)

@@ -1206,11 +1206,16 @@ class Controller:
                 break
         st.record = None
 
-    def observe(self, dec: Decision, ids: Sequence[int], seconds: float | None = None) -> None:
+    def observe(self, dec: Decision, ids: Sequence[int], seconds: float | None = None,
+                n_accepted: int | None = None) -> None:
         """The step's outcome: the tokens the target produced after ``id_last``.
 
         ``seconds``: the step's time, the drafters' upkeep during it included (it is
         taken out before the verify cost is refined, and charged to the drafters).
+        ``n_accepted``: how many of the decision's draft tokens were accepted, where
+        that is not ``len(ids) - 1``: a checkpointed step's replay writes the accepted
+        tokens and then one more of the target's own, and ``ids`` are all of them (the
+        proposals still being scored are compared with every token the target wrote).
         """
         self._out.extend(int(t) for t in ids)
         upkeep = self._observe_upkeep(len(dec.draft))
@@ -1220,7 +1225,7 @@ class Controller:
         if dec.spec is not None and dec.probe:
             st = self.states.get(id(dec.spec))
             if st is not None:
-                n_acc = len(ids) - 1
+                n_acc = len(ids) - 1 if n_accepted is None else n_accepted
                 if st.hopeless:
                     # its costs alone outweigh what a verify can save: only re-measure now and then
                     st.probe_every = self._hopeless_interval(st)

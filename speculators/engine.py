@@ -141,6 +141,20 @@ def load_plan(model_path: str, spec: SpecParams | None, load_mtp: bool | None = 
     return LoadPlan(bool(load_mtp), int(n_rs))
 
 
+def load_plan_for(model_path: str, specs: Sequence[SpecParams]) -> LoadPlan:
+    """One load for several specs run in turn on one engine (``bench``'s rows): the target's
+    MTP layers where any of them needs them, and as many recurrent-state snapshots as the
+    most that any of them keeps (each then rolls back as it would loaded by itself).
+
+    >>> load_plan_for("any.gguf", [SpecParams(), SpecParams.from_types("draft-mtp")])
+    LoadPlan(load_mtp=True, n_rs_seq=3)
+    >>> load_plan_for("any.gguf", [])
+    LoadPlan(load_mtp=False, n_rs_seq=0)
+    """
+    plans = [load_plan(model_path, sp) for sp in specs]
+    return LoadPlan(any(p.load_mtp for p in plans), max((p.n_rs_seq for p in plans), default=0))
+
+
 class Engine:
     """A target model, its context, and the speculator chain."""
 
@@ -574,7 +588,11 @@ class Engine:
             if told is not None:
                 spent = told[2] + time.perf_counter() - t_step
                 replay_obs = (told[0], told[1], spent) if restore else None
-                if not restore:
+                if not restore and is_replay:
+                    # the replay wrote the restored step's tokens and one more of its own: the
+                    # controller is told all of them (what it scores must line up with the text)
+                    ctrl.observe(told[0], ids, spent, n_accepted=len(told[1]) - 1)
+                elif not restore:
                     ctrl.observe(told[0], told[1], spent)
             if restore:
                 replay = ids

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from speculators import ext
@@ -590,3 +592,24 @@ def test_dflash_on_gemma3_is_refused_with_the_reason(default_model_path, hidden_
         assert "architecture 'gemma3' does not expose its layer inputs" in chain.skipped["draft-dflash"]
     finally:
         eng.close()
+
+
+def test_bench_loads_a_hybrid_target_as_the_chat_loads_it_for_its_rows(qwen35_mtp_path):
+    """bench runs every row on one engine, loaded for the rows it measures as the chat and
+    generate load the target for each of them: with a draft-mtp row, the MTP layers and as
+    many recurrent-state snapshots as its drafts are long, so a rejected draft is rolled back
+    from a snapshot (not from a checkpoint and a replay, which the chat never takes there)."""
+    from tests.test_cli import draftlight
+
+    def bench(*types):
+        r = draftlight("bench", "-m", str(qwen35_mtp_path), "--raw", "-p", "the quick brown fox", "-n", "24",
+                       "--rounds", "1", "--no-baseline", "--json", "-c", "512", "-t", "1",
+                       "--spec-draft-n-max", "4", "--spec-draft-p-min", "0", *[a for t in types for a in ("--spec-type", t)])
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    with_mtp = bench("ngram-simple", "draft-mtp")
+    assert with_mtp["load_plan"] == {"load_mtp": True, "n_rs_seq": 4}   # n_rs_seq as llama.cpp reports it
+    row = next(r for r in with_mtp["rows"] if r["name"] == "draft-mtp")
+    assert row["drafted"] > 0
+    assert bench("ngram-simple")["load_plan"] == {"load_mtp": False, "n_rs_seq": 0}

@@ -49,9 +49,9 @@ def test_the_controller_is_told_a_restored_steps_replay_with_the_step(engine, mo
     ctrl = engine.controller
     observe = ctrl.observe
 
-    def logged_observe(dec, ids, seconds=None):
+    def logged_observe(dec, ids, seconds=None, **kw):
         log.append(("observe", len(dec.draft), seconds))
-        return observe(dec, ids, seconds)
+        return observe(dec, ids, seconds, **kw)
 
     monkeypatch.setattr(ctrl, "observe", logged_observe)
     assert engine.use_checkpoints
@@ -83,3 +83,28 @@ def test_the_controller_is_told_a_restored_steps_replay_with_the_step(engine, mo
     steps = [i for i, e in enumerate(seq) if e[0] == "decode" and not (i and seq[i - 1][0] == "restore")]
     for a, b in zip(steps, steps[1:] + [len(seq)]):
         assert sum(1 for e in seq[a:b] if e[0] == "observe") == 1, seq[a:b]
+
+
+def test_after_a_replay_the_controller_scores_proposals_against_the_text_written(engine, monkeypatch):
+    """A restored step's replay writes the step's accepted tokens and one more of the target's
+    own. The controller is told all of them: the text it scores proposals against stays the
+    text written. (Told only the step's tokens, it fell one token behind at every replay and
+    scored every later proposal against the wrong positions: a drafter that was accepted 7
+    times in 10 was estimated at 2 %.)"""
+    engine.set_spec(SpecParams.auto())
+    ctrl = engine.controller
+    n_restores = [0]
+    state_set = Context.state_set
+
+    def counted_state_set(self, data, partial):
+        n_restores[0] += 1
+        state_set(self, data, partial)
+
+    monkeypatch.setattr(Context, "state_set", counted_state_set)
+    prompt = engine.prompt_tokens(text="Repeat this text three times, exactly:\n\n" + TEXT)
+    res = engine.run(prompt, max_tokens=160, sampling=SamplingParams(temperature=0.0))
+    assert n_restores[0] > 0, "no draft was rejected, so nothing was replayed"
+    kv = list(engine.kv_tokens[ctrl._base:])
+    # what the controller holds as the text from the first decided step on: the tokens in the
+    # KV cache from that position (and the last token written, not decoded yet)
+    assert len(kv) > 100 and ctrl._out[:len(kv)] == kv, (len(ctrl._out), len(kv))
