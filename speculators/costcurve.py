@@ -188,10 +188,12 @@ def clean_points(points: dict[int, float]) -> dict[int, float]:
 # -- the cache -----------------------------------------------------------------
 
 def device_key(model_path: str, n_threads: int | None, n_gpu_layers: int,
-               placement: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the curve depends on: the model file, the build/device, threads, GPU layers, and where
+               placement: dict[str, Any] | None = None, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the curve depends on: the model file, the build/device, threads, GPU layers, where
     the layers are (``placement``: the devices, RPC servers' included, the split; a verify over a
-    network costs what the network costs)."""
+    network costs what the network costs), and how the context was made where that changes a
+    verify's cost (``context``: a hybrid target's recurrent-state snapshots, kept for every
+    token of a batch)."""
     st = os.stat(model_path)
     backend = ""
     try:
@@ -204,7 +206,8 @@ def device_key(model_path: str, n_threads: int | None, n_gpu_layers: int,
         pass
     return {"format": FORMAT, "model": os.path.realpath(model_path), "size": st.st_size,
             "mtime_ns": st.st_mtime_ns, "backend": backend, "n_threads": n_threads,
-            "n_gpu_layers": n_gpu_layers, **({"placement": placement} if placement else {})}
+            "n_gpu_layers": n_gpu_layers, **({"placement": placement} if placement else {}),
+            **({"context": context} if context else {})}
 
 
 def cache_file(cache_dir: str | os.PathLike, key: dict[str, Any]) -> str:
@@ -256,12 +259,13 @@ def save_cached(path: str, key: dict[str, Any], curve: CostCurve) -> bool:
 
 
 def curve_for(ctx, model, model_path: str, n_threads: int | None, n_gpu_layers: int,
-              cache_dir: str | os.PathLike | None, placement: dict[str, Any] | None = None) -> CostCurve:
+              cache_dir: str | os.PathLike | None, placement: dict[str, Any] | None = None,
+              context: dict[str, Any] | None = None) -> CostCurve:
     """The cached curve for this model and device, or a fresh measurement (then cached)."""
     key = path = None
     if cache_dir is not None:
         try:
-            key = device_key(model_path, n_threads, n_gpu_layers, placement)
+            key = device_key(model_path, n_threads, n_gpu_layers, placement, context)
             path = cache_file(cache_dir, key)
         except OSError:
             key = path = None

@@ -258,7 +258,8 @@ class Engine:
             self.kv_tokens = []
             try:
                 self.cost_curve = curve_for(self.ctx, self.model, str(self.model.path), self.ctx.n_threads,
-                                            c.n_gpu_layers, c.cost_cache_dir, self._placement_key())
+                                            c.n_gpu_layers, c.cost_cache_dir, self._placement_key(),
+                                            {"n_rs_seq": self.n_rs_seq} if self.n_rs_seq > 0 else None)
             finally:
                 self.kv_tokens = []
         return self.cost_curve

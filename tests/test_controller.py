@@ -309,6 +309,11 @@ def test_cost_curve_is_measured_once_then_read_from_the_cache(tmp_path, fake_mod
     c4 = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 99, cache, remote)
     assert c4.source == "measured" and len(os.listdir(cache)) == 3
     assert curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 99, cache, remote).source == "cached"
+    # a hybrid target keeping recurrent-state snapshots for each token of a batch verifies at
+    # another cost than the same target without them: measured again, kept beside
+    c5 = curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, cache, None, {"n_rs_seq": 3})
+    assert c5.source == "measured" and len(os.listdir(cache)) == 4
+    assert curve_for(FakeCtx(), FakeModel(), fake_model_file, 2, 0, cache).source == "cached"
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"", b"\xff\xfe\x00garbage", b"[]", b'{"key": 1}',
