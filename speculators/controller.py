@@ -247,6 +247,13 @@ class ControllerParams:
     probe_len: int = 2
     probe_every: int = 16
     probe_every_max: int = 256
+    #: a probe that leaves its drafter well short of paying (its expected gain below
+    #: ``probe_near`` of the threshold) is not followed by another soon: probes (a paused
+    #: drafter's catch-up on the context it missed included) then take at most
+    #: ``probe_share`` of the steps' time. One that comes near stays probed every
+    #: ``probe_every`` steps, to take it up as soon as it pays.
+    probe_share: float = 0.015
+    probe_near: float = 0.9
     #: model drafters measured unable to pay even with every draft accepted (their drafting and
     #: upkeep cost more than a verify saves) are probed rarely, to re-measure their cost: at
     #: least this many steps apart, and so that their probes (a paused drafter's catch-up on
@@ -480,6 +487,11 @@ class _SpecState:
         self._pot: tuple[int, float] = (0, 0.0)
         #: ``t_call`` is the size-based prior (the first measurement replaces it)
         self.t_prior = False
+        #: ``t_call`` is the time of this drafter's first call only, which builds its graphs and
+        #: buffers (several times a warm call): it is replaced by the next one's, and judges nothing
+        self.t_cold = False
+        #: calls that drafted, timed
+        self.n_timed = 0
         #: seconds the last probe's ask took (a paused drafter's catch-up included)
         self.probe_s = 0.0
         #: the run: how many target tokens in a row, up to ``run_end`` (absolute position),
@@ -1004,6 +1016,25 @@ class Controller:
             n = max(n, math.ceil(st.probe_s / (p.probe_hopeless_share * t1)))
         return min(n, p.probe_every_hopeless_max)
 
+    def _cost_interval(self, st: _SpecState) -> int:
+        """Steps between probes of a drafter short of paying, so that its probes (its last
+        probe's cost, a paused drafter's catch-up included) take at most ``probe_share`` of
+        the steps' time.
+
+            >>> from types import SimpleNamespace
+            >>> ctl = Controller.__new__(Controller)
+            >>> ctl.params, ctl.cost = ControllerParams(), SimpleNamespace(t1_s=0.02)  # 20 ms steps
+            >>> st = _SpecState.__new__(_SpecState)
+            >>> st.probe_s = 0.027               # a probe that first caught a paused head up
+            >>> ctl._cost_interval(st)           # 27 ms / (1.5 % of 20 ms)
+            90
+        """
+        p = self.params
+        t1 = self.t1_s or 0.0
+        if t1 <= 0 or p.probe_share <= 0:
+            return p.probe_every
+        return max(p.probe_every, math.ceil(st.probe_s / (p.probe_share * t1) - 1e-9))
+
     def _probe_interval(self, st: _SpecState) -> int:
         n_cold = max(1, len(self.states))
         share = self._draft_cost(st, 1) if st.t_call is not None else 0.0
@@ -1096,14 +1127,21 @@ class Controller:
             per["calls"] += 1
             if draft:
                 per_tok = dt / len(draft) if st.expensive else dt
-                st.t_call = per_tok if st.t_call is None or st.t_prior else 0.8 * st.t_call + 0.2 * per_tok
+                first = st.expensive and st.n_timed == 0
+                st.n_timed += 1
+                if first and st.t_call is not None and not st.t_prior:
+                    pass   # known from an earlier chain of this engine: a first, cold call does not move it
+                elif st.t_call is None or st.t_prior or st.t_cold:
+                    st.t_call, st.t_cold = per_tok, first
+                else:
+                    st.t_call = 0.8 * st.t_call + 0.2 * per_tok
                 st.t_prior = False
                 n_got = min(len(draft), p.max_len)
                 if st.expensive and len(draft) >= n_ask:
                     # cut by the ask, not by the drafter: it might have drafted longer
                     n_got = max(n_got, min(st.spec.n_max if st.spec.n_max > 0 else p.max_len, p.max_len))
                 st.len_typ = 0.8 * st.len_typ + 0.2 * n_got
-                if st.expensive:
+                if st.expensive and not st.t_cold:
                     st.hopeless = self._is_hopeless(st)
                     self._remember(st)
             elif not st.expensive:
@@ -1226,13 +1264,22 @@ class Controller:
             st = self.states.get(id(dec.spec))
             if st is not None:
                 n_acc = len(ids) - 1 if n_accepted is None else n_accepted
-                if st.hopeless:
+                p = self.params
+                if st.t_cold:
+                    # only its first, cold call is timed: what it costs is not known yet
+                    st.probe_every = p.probe_every
+                elif st.hopeless:
                     # its costs alone outweigh what a verify can save: only re-measure now and then
                     st.probe_every = self._hopeless_interval(st)
-                elif n_acc > 0:
-                    st.probe_every = self.params.probe_every
                 else:
-                    st.probe_every = min(self.params.probe_every_max, st.probe_every * 2)
+                    # what it is expected to gain now, with this probe's outcome scored
+                    _, g = self._potential(st, p.max_len)
+                    if n_acc > 0 and g >= p.probe_near * (1.0 + p.margin):
+                        st.probe_every = p.probe_every
+                    else:
+                        # accepted: probed again as soon as its share of the time allows
+                        n = st.probe_every * 2 if n_acc == 0 else p.probe_every
+                        st.probe_every = min(p.probe_every_max, max(n, self._cost_interval(st)))
                 st.next_probe = max(st.next_probe, self.step + st.probe_every)
         if seconds is not None:
             self.observe_time(len(dec.draft), max(seconds - upkeep, 1e-6))
@@ -1259,9 +1306,10 @@ class Controller:
             else:
                 x = min(max(x, 0.5 * st.u_s), 2.0 * st.u_s)   # a stall or a catch-up moves it only a little
                 st.u_s += 0.2 * (x - st.u_s)
-            if st.t_call is not None:
+            if st.t_call is not None and not st.t_cold:
                 st.hopeless = self._is_hopeless(st)
-            self._remember(st)
+            if not st.t_cold:
+                self._remember(st)
         return total
 
     # -- statistics -------------------------------------------------------------------

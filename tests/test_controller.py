@@ -556,6 +556,72 @@ def test_a_new_chain_starts_from_what_an_earlier_one_measured_of_a_drafter():
     assert not any(d.draft for d in ds) and again.mirrored == 0
 
 
+class TimedFollower(Follower):
+    """A Follower whose calls take time on a fake clock: ``first_s`` for its first draft (a new
+    context builds its graphs and buffers), ``call_s`` for each later one, and ``catchup_s``
+    per token a paused drafter catches up on."""
+
+    def __init__(self, right, clock, first_s, call_s, catchup_s=0.0, **kw):
+        super().__init__(right, **kw)
+        self.clock, self.first_s, self.call_s, self.catchup_s = clock, first_s, call_s, catchup_s
+        self.n_calls = 0
+
+    def draft(self, req):
+        missed = max(0, req.pos0 - self.pos_known)
+        self.clock.t += self.catchup_s * missed
+        self.stats.t_process_us += self.catchup_s * missed * 1e6
+        self.clock.t += self.first_s if self.n_calls == 0 else self.call_s
+        self.n_calls += 1
+        return super().draft(req)
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_a_drafters_first_slow_call_does_not_rule_it_out():
+    """A model drafter's first call builds its context's graphs (22 ms for a 2-token draft of
+    the realistic hybrid's MTP head, 4-5 ms later). That call alone judged nothing: before,
+    it made a head that pays "hopeless", never asked again for the whole session."""
+    clock = FakeClock()
+    f = TimedFollower(lambda i: 16, clock, first_s=0.100, call_s=0.0005, upkeep_us=200.0)
+    curve = linear(0.5)
+    curve.t1_s = 0.010
+    ctl = controller(f, curve=curve, clock=clock, probe_every=8)
+    _, ds = run_with_upkeep(ctl, 120)
+    st = ctl.states[id(f)]
+    assert f.n_calls >= 2 and not st.hopeless
+    assert st.t_call == pytest.approx(0.0005 / 16, rel=0.01)     # the warm calls' time
+    assert sum(1 for d in ds[-40:] if d.draft) >= 35             # it pays, and drafts
+
+
+def test_probes_of_a_drafter_far_from_paying_take_a_bounded_share_of_the_time():
+    """A paused drafter whose probes are accepted every other time (the first token) but which
+    stays well short of paying (verifying is dear here) is not probed every ``probe_every``
+    steps again after each accepted probe:
+    the next probe waits until its cost (its catch-up on what it missed included) is at most
+    ``probe_share`` of the steps' time."""
+    clock = FakeClock()
+    f = TimedFollower(lambda c: c % 2, clock, first_s=0.0002, call_s=0.0002, catchup_s=0.0002, upkeep_us=400.0)
+    curve = linear(0.9)
+    curve.t1_s = 0.010
+    ctl = controller(f, curve=curve, clock=clock, probe_every=8, probe_every_max=400)
+    _, ds = run_with_upkeep(ctl, 1500)
+    probes = [i for i, d in enumerate(ds) if d.probe]
+    st = ctl.states[id(f)]
+    assert not f.upkeep and not st.hopeless and len(probes) >= 3
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    # a probe catching up on g steps costs about g * 0.2 ms + 0.2 ms: at 1.5 % of 10 ms steps
+    # that is a probe every ~15 steps at first, further apart as the catch-ups grow
+    assert all(g >= 8 for g in gaps), gaps
+    # the time its probes took (the drafter's calls and catch-ups, on the fake clock)
+    assert clock.t / (1500 * 0.010) <= 1.5 * ctl.params.probe_share, (clock.t, gaps)
+
+
 def cpu_like():
     """A verify-cost curve shaped as measured on this project's 2-core CPU with the default model
     (a 262k-token output layer: every verified row costs most of a token)."""
