@@ -247,11 +247,10 @@ class ControllerParams:
     probe_len: int = 2
     probe_every: int = 16
     probe_every_max: int = 256
-    #: a probe that leaves its drafter well short of paying (its expected gain below
-    #: ``probe_near`` of the threshold) is not followed by another soon: probes (a paused
-    #: drafter's catch-up on the context it missed included) then take at most
-    #: ``probe_share`` of the steps' time. One that comes near stays probed every
-    #: ``probe_every`` steps, to take it up as soon as it pays.
+    #: probes of a drafter (a paused drafter's catch-up on the context it missed included)
+    #: take at most ``probe_share`` of the steps' time, twice that for one whose last probe
+    #: brought it near paying (its expected gain at least ``probe_near`` of the threshold),
+    #: to take it up soon once it pays; and never closer than ``probe_every`` steps.
     probe_share: float = 0.015
     probe_near: float = 0.9
     #: model drafters measured unable to pay even with every draft accepted (their drafting and
@@ -1016,24 +1015,24 @@ class Controller:
             n = max(n, math.ceil(st.probe_s / (p.probe_hopeless_share * t1)))
         return min(n, p.probe_every_hopeless_max)
 
-    def _cost_interval(self, st: _SpecState) -> int:
+    def _cost_interval(self, st: _SpecState, share: float = 1.0) -> int:
         """Steps between probes of a drafter short of paying, so that its probes (its last
         probe's cost, a paused drafter's catch-up included) take at most ``probe_share`` of
-        the steps' time.
+        the steps' time (``share`` times that).
 
             >>> from types import SimpleNamespace
             >>> ctl = Controller.__new__(Controller)
             >>> ctl.params, ctl.cost = ControllerParams(), SimpleNamespace(t1_s=0.02)  # 20 ms steps
             >>> st = _SpecState.__new__(_SpecState)
             >>> st.probe_s = 0.027               # a probe that first caught a paused head up
-            >>> ctl._cost_interval(st)           # 27 ms / (1.5 % of 20 ms)
-            90
+            >>> ctl._cost_interval(st), ctl._cost_interval(st, 2.0)   # 27 ms / (1.5 % of 20 ms)
+            (90, 45)
         """
         p = self.params
         t1 = self.t1_s or 0.0
         if t1 <= 0 or p.probe_share <= 0:
             return p.probe_every
-        return max(p.probe_every, math.ceil(st.probe_s / (p.probe_share * t1) - 1e-9))
+        return max(p.probe_every, math.ceil(st.probe_s / (share * p.probe_share * t1) - 1e-9))
 
     def _probe_interval(self, st: _SpecState) -> int:
         n_cold = max(1, len(self.states))
@@ -1275,7 +1274,8 @@ class Controller:
                     # what it is expected to gain now, with this probe's outcome scored
                     _, g = self._potential(st, p.max_len)
                     if n_acc > 0 and g >= p.probe_near * (1.0 + p.margin):
-                        st.probe_every = p.probe_every
+                        # near paying: probed more often, at twice the share of the time
+                        st.probe_every = min(p.probe_every_max, self._cost_interval(st, 2.0))
                     else:
                         # accepted: probed again as soon as its share of the time allows
                         n = st.probe_every * 2 if n_acc == 0 else p.probe_every
