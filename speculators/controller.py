@@ -1277,7 +1277,8 @@ class Controller:
                         # near paying: probed more often, at twice the share of the time
                         st.probe_every = min(p.probe_every_max, self._cost_interval(st, 2.0))
                     else:
-                        # accepted: probed again as soon as its share of the time allows
+                        # short of paying: a missed probe doubles the wait, an accepted one
+                        # starts it over; either way its probes keep to their share of the time
                         n = st.probe_every * 2 if n_acc == 0 else p.probe_every
                         st.probe_every = min(p.probe_every_max, max(n, self._cost_interval(st)))
                 st.next_probe = max(st.next_probe, self.step + st.probe_every)
