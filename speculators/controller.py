@@ -1009,30 +1009,26 @@ class Controller:
             256
         """
         p = self.params
-        t1 = self.t1_s or 0.0
-        n = p.probe_every_hopeless
-        if t1 > 0 and p.probe_hopeless_share > 0:
-            n = max(n, math.ceil(st.probe_s / (p.probe_hopeless_share * t1)))
-        return min(n, p.probe_every_hopeless_max)
+        return min(self._share_interval(st, p.probe_hopeless_share, p.probe_every_hopeless),
+                   p.probe_every_hopeless_max)
 
-    def _cost_interval(self, st: _SpecState, share: float = 1.0) -> int:
-        """Steps between probes of a drafter short of paying, so that its probes (its last
-        probe's cost, a paused drafter's catch-up included) take at most ``probe_share`` of
-        the steps' time (``share`` times that).
+    def _share_interval(self, st: _SpecState, share: float, at_least: int) -> int:
+        """Steps between probes of ``st`` so that they (its last probe's cost, a paused
+        drafter's catch-up included) take at most ``share`` of the steps' time; never fewer
+        than ``at_least``.
 
             >>> from types import SimpleNamespace
             >>> ctl = Controller.__new__(Controller)
             >>> ctl.params, ctl.cost = ControllerParams(), SimpleNamespace(t1_s=0.02)  # 20 ms steps
             >>> st = _SpecState.__new__(_SpecState)
             >>> st.probe_s = 0.027               # a probe that first caught a paused head up
-            >>> ctl._cost_interval(st), ctl._cost_interval(st, 2.0)   # 27 ms / (1.5 % of 20 ms)
+            >>> ctl._share_interval(st, 0.015, 16), ctl._share_interval(st, 0.03, 16)   # 27 ms / (1.5 % of 20 ms)
             (90, 45)
         """
-        p = self.params
         t1 = self.t1_s or 0.0
-        if t1 <= 0 or p.probe_share <= 0:
-            return p.probe_every
-        return max(p.probe_every, math.ceil(st.probe_s / (share * p.probe_share * t1) - 1e-9))
+        if t1 <= 0 or share <= 0:
+            return at_least
+        return max(at_least, math.ceil(st.probe_s / (share * t1) - 1e-9))
 
     def _probe_interval(self, st: _SpecState) -> int:
         n_cold = max(1, len(self.states))
@@ -1275,12 +1271,12 @@ class Controller:
                     _, g = self._potential(st, p.max_len)
                     if n_acc > 0 and g >= p.probe_near * (1.0 + p.margin):
                         # near paying: probed more often, at twice the share of the time
-                        st.probe_every = min(p.probe_every_max, self._cost_interval(st, 2.0))
+                        share, n = 2 * p.probe_share, p.probe_every
                     else:
                         # short of paying: a missed probe doubles the wait, an accepted one
                         # starts it over; either way its probes keep to their share of the time
-                        n = st.probe_every * 2 if n_acc == 0 else p.probe_every
-                        st.probe_every = min(p.probe_every_max, max(n, self._cost_interval(st)))
+                        share, n = p.probe_share, st.probe_every * 2 if n_acc == 0 else p.probe_every
+                    st.probe_every = min(p.probe_every_max, self._share_interval(st, share, n))
                 st.next_probe = max(st.next_probe, self.step + st.probe_every)
         if seconds is not None:
             self.observe_time(len(dec.draft), max(seconds - upkeep, 1e-6))
