@@ -247,8 +247,9 @@ class ControllerParams:
     probe_len: int = 2
     probe_every: int = 16
     probe_every_max: int = 256
-    #: probes of a drafter (a paused drafter's catch-up on the context it missed included)
-    #: take at most ``probe_share`` of the steps' time, twice that for one whose last probe
+    #: probes of a drafter take at most ``probe_share`` of the steps' time (a probe's cost: its
+    #: ask, a paused drafter's catch-up on the context it missed included, and its verify, less
+    #: what decoding its tokens one by one would have taken), twice that for one whose last probe
     #: brought it near paying (its expected gain at least ``probe_near`` of the threshold),
     #: to take it up soon once it pays; and never closer than ``probe_every`` steps.
     probe_share: float = 0.015
@@ -491,7 +492,9 @@ class _SpecState:
         self.t_cold = False
         #: calls that drafted, timed
         self.n_timed = 0
-        #: seconds the last probe's ask took (a paused drafter's catch-up included)
+        #: seconds the last probe cost: its ask (a paused drafter's catch-up included) and,
+        #: once it is verified, its verify, less what plain decoding would have taken for the
+        #: tokens it produced (a probe whose draft is accepted costs about nothing)
         self.probe_s = 0.0
         #: the run: how many target tokens in a row, up to ``run_end`` (absolute position),
         #: this drafter's proposals have predicted. A lookup drafter's next draft continues
@@ -1260,6 +1263,10 @@ class Controller:
             if st is not None:
                 n_acc = len(ids) - 1 if n_accepted is None else n_accepted
                 p = self.params
+                if seconds is not None:
+                    # what the probe cost beyond the tokens it produced: the time between probes
+                    # is that over the share of the steps' time they may take
+                    st.probe_s = max(0.0, st.probe_s + seconds - len(ids) * self.t1_s)
                 if st.t_cold:
                     # only its first, cold call is timed: what it costs is not known yet
                     st.probe_every = p.probe_every

@@ -446,8 +446,9 @@ class Follower(Scripted):
         return super().draft(req)
 
 
-def run_with_upkeep(ctl, steps, pos=0, t_step=0.010):
-    """As run(), with the engine's chain.process() after each verify and the step's time."""
+def run_with_upkeep(ctl, steps, pos=0, t_step=0.010, log=None):
+    """As run(), with the engine's chain.process() after each verify and the step's time
+    (``log``: a list given (decision, tokens accepted, the step's seconds) for each step)."""
     decisions = []
     for _ in range(steps):
         d = ctl.decide(DraftRequest(prompt=TEXT[:pos], id_last=TEXT[pos], pos0=pos, n_max=-1))
@@ -461,7 +462,10 @@ def run_with_upkeep(ctl, steps, pos=0, t_step=0.010):
                 break
             n_acc += 1
         ids = TEXT[pos + 1: pos + 2 + n_acc]
-        ctl.observe(d, ids, t_step * ctl.rel(len(d.draft)) + upkeep)
+        seconds = t_step * ctl.rel(len(d.draft)) + upkeep
+        ctl.observe(d, ids, seconds)
+        if log is not None:
+            log.append((d, n_acc, seconds))
         if d.draft:
             ctl.chain.accept(n_acc)
         decisions.append(d)
@@ -620,6 +624,42 @@ def test_probes_of_a_drafter_far_from_paying_take_a_bounded_share_of_the_time():
     assert all(g >= 8 for g in gaps), gaps
     # the time its probes took (the drafter's calls and catch-ups, on the fake clock)
     assert clock.t / (1500 * 0.010) <= 1.5 * ctl.params.probe_share, (clock.t, gaps)
+
+
+def test_probes_keep_to_their_share_of_the_time_counting_their_verify():
+    """A probe's cost is its ask and its verify, less what plain decoding would have taken for
+    the tokens it produced. Here asking is cheap and verifying dear (a 2-token draft costs 2.8
+    one-token steps): before, probes were spaced by the ask's time alone, so one every 16 steps
+    whose first token was accepted cost ~6 % of the time in its verifies. And a probe whose
+    draft is accepted in full costs nothing: such probes are not spaced out."""
+    clock = FakeClock()
+    f = TimedFollower(lambda c: c % 2, clock, first_s=0.0002, call_s=0.0002, catchup_s=0.00001, upkeep_us=400.0)
+    curve = linear(0.9)
+    curve.t1_s = 0.010
+    ctl = controller(f, curve=curve, clock=clock, probe_every=16, probe_every_max=400)
+    log = []
+    run_with_upkeep(ctl, 1500, log=log)
+    probes = [(n_acc, s) for d, n_acc, s in log if d.probe]
+    assert not f.upkeep and len(probes) >= 3
+    # the verifies' cost beyond the tokens they produced, and the asks (on the fake clock)
+    spent = clock.t + sum(s - (n_acc + 1) * 0.010 for n_acc, s in probes)
+    total = sum(s for _, _, s in log) + clock.t
+    assert spent / total <= 1.5 * ctl.params.probe_share, (spent / total, len(probes))
+
+    # probes accepted in full by a drafter that stays just short of paying (its upkeep while it
+    # mirrors is dear): a probe's catch-up and call cost about what its verify saves, so it
+    # costs about nothing. Before, each was spaced by its ask's time alone, and a longer gap
+    # made a dearer catch-up: 16, 54, 190 steps apart
+    clock2 = FakeClock()
+    g = TimedFollower(lambda c: 2, clock2, first_s=0.0005, call_s=0.0005, catchup_s=0.0005, upkeep_us=10000.0)
+    ctl2 = controller(g, curve=linear(0.5), clock=clock2, probe_every=16, probe_every_max=400)
+    ctl2.curve.t1_s = 0.010
+    log2 = []
+    run_with_upkeep(ctl2, 600, log=log2)
+    at = [i for i, (d, _, _) in enumerate(log2) if d.probe]
+    assert not any(d.draft and not d.probe for d, _, _ in log2)      # never taken up
+    assert all(n_acc == 2 for d, n_acc, _ in log2 if d.probe)
+    assert len(at) >= 30 and all(b - a == 16 for a, b in zip(at, at[1:])), at
 
 
 def cpu_like():
