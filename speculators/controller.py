@@ -866,6 +866,15 @@ class Controller:
     def _cost_key(st: _SpecState) -> str:
         return str(getattr(st.spec, "cost_key", None) or st.name)
 
+    def _measured(self, st: _SpecState) -> None:
+        """A model drafter's cost was measured again: whether it can pay at all, remembered for
+        this engine's later chains (not from a first, cold call alone: that judges nothing)."""
+        if st.t_cold:
+            return
+        if st.t_call is not None:
+            st.hopeless = self._is_hopeless(st)
+        self._remember(st)
+
     def _remember(self, st: _SpecState) -> None:
         self.cost.drafters[self._cost_key(st)] = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless}
 
@@ -1139,9 +1148,8 @@ class Controller:
                     # cut by the ask, not by the drafter: it might have drafted longer
                     n_got = max(n_got, min(st.spec.n_max if st.spec.n_max > 0 else p.max_len, p.max_len))
                 st.len_typ = 0.8 * st.len_typ + 0.2 * n_got
-                if st.expensive and not st.t_cold:
-                    st.hopeless = self._is_hopeless(st)
-                    self._remember(st)
+                if st.expensive:
+                    self._measured(st)
             elif not st.expensive:
                 st.t_call = dt if st.t_call is None else 0.8 * st.t_call + 0.2 * dt
             if not st.expensive and (per["calls"] <= 2 or (self.step & 7) == 0):
@@ -1310,10 +1318,7 @@ class Controller:
             else:
                 x = min(max(x, 0.5 * st.u_s), 2.0 * st.u_s)   # a stall or a catch-up moves it only a little
                 st.u_s += 0.2 * (x - st.u_s)
-            if st.t_call is not None and not st.t_cold:
-                st.hopeless = self._is_hopeless(st)
-            if not st.t_cold:
-                self._remember(st)
+            self._measured(st)
         return total
 
     # -- statistics -------------------------------------------------------------------
