@@ -51,9 +51,12 @@ class Scripted(Speculator):
         return good + [WRONG] * (self.n - len(good))
 
 
-def linear(a):
-    """c(k) = 1 + a k."""
-    return CostCurve({k: 1.0 + a * k for k in range(0, 65)})
+def linear(a, t1_s=None):
+    """c(k) = 1 + a k (and a one-token step of ``t1_s`` seconds, where given)."""
+    curve = CostCurve({k: 1.0 + a * k for k in range(0, 65)})
+    if t1_s is not None:
+        curve.t1_s = t1_s
+    return curve
 
 
 def run(ctl, steps, pos=0, log=None):
@@ -176,8 +179,7 @@ def test_picks_the_draft_with_the_highest_expected_gain_not_the_first():
 def test_cold_cheap_drafters_are_asked_only_now_and_then():
     # each call takes 2 ms next to a 10 ms step: asking every step would cost 20 %
     slow = Scripted(SpecType.NGRAM_CACHE, lambda i: 0, busy_s=0.002)
-    curve = linear(0.1)
-    curve.t1_s = 0.010
+    curve = linear(0.1, t1_s=0.010)
     ctl = controller(slow, curve=curve, clock=time.perf_counter)
     _, ds = run(ctl, 150)
     assert slow.calls < 150 / 5, slow.calls
@@ -501,8 +503,7 @@ def test_upkeep_is_paused_where_a_model_drafter_does_not_pay_and_kept_where_it_d
     # verifying is costly here (c(k) = 1 + 0.5 k): even an always-right drafter saves at most
     # half a step per token, which an upkeep of 1.5 steps per batch eats up
     costly = Follower(lambda i: 16, upkeep_us=30000.0)
-    curve = linear(0.5)
-    curve.t1_s = 0.010
+    curve = linear(0.5, t1_s=0.010)
     ctl = controller(costly, curve=curve, probe_every=8)
     _, ds = run_with_upkeep(ctl, 300)
     assert costly.switches and costly.switches[0] is False and not costly.upkeep
@@ -520,8 +521,7 @@ def test_upkeep_is_paused_where_a_model_drafter_does_not_pay_and_kept_where_it_d
     assert cheap.mirrored > 500
     # a drafter that is rarely right is not worth its upkeep either, however cheap verifying is
     poor = Follower(lambda i: 1 if i % 4 == 0 else 0, upkeep_us=3000.0)
-    curve3 = linear(0.05)
-    curve3.t1_s = 0.010
+    curve3 = linear(0.05, t1_s=0.010)
     ctl3 = controller(poor, curve=curve3, probe_every=8)
     pos, _ = run_with_upkeep(ctl3, 300)
     assert not poor.upkeep and ctl3.snapshot().per_speculator["draft-simple"]["upkeep_paused_steps"] >= 250
@@ -536,8 +536,7 @@ def test_the_step_time_given_to_the_cost_curve_leaves_the_upkeep_out():
     # a drafter that cannot pause (a hidden-state hook) adds 10 ms to every 10 ms step
     f = Follower(lambda i: 0, upkeep_us=20000.0)
     f.set_upkeep = None
-    curve = linear(0.1)
-    curve.t1_s = 0.010
+    curve = linear(0.1, t1_s=0.010)
     ctl = Controller(SpeculatorChain([f]), curve, ControllerParams(probe_every=8), clock=lambda: 0.0)
     run_with_upkeep(ctl, 200)
     assert f.upkeep and f.mirrored >= 200
@@ -547,8 +546,7 @@ def test_the_step_time_given_to_the_cost_curve_leaves_the_upkeep_out():
 
 
 def test_a_new_chain_starts_from_what_an_earlier_one_measured_of_a_drafter():
-    curve = linear(0.5)
-    curve.t1_s = 0.010
+    curve = linear(0.5, t1_s=0.010)
     from speculators.controller import CostModel
     cost = CostModel(curve, ControllerParams(online_cost=False))
     first = Follower(lambda i: 16, upkeep_us=30000.0)
@@ -593,8 +591,7 @@ def test_a_drafters_first_slow_call_does_not_rule_it_out():
     it made a head that pays "hopeless", never asked again for the whole session."""
     clock = FakeClock()
     f = TimedFollower(lambda i: 16, clock, first_s=0.100, call_s=0.0005, upkeep_us=200.0)
-    curve = linear(0.5)
-    curve.t1_s = 0.010
+    curve = linear(0.5, t1_s=0.010)
     ctl = controller(f, curve=curve, clock=clock, probe_every=8)
     _, ds = run_with_upkeep(ctl, 120)
     st = ctl.states[id(f)]
@@ -611,8 +608,7 @@ def test_probes_of_a_drafter_far_from_paying_take_a_bounded_share_of_the_time():
     ``probe_share`` of the steps' time."""
     clock = FakeClock()
     f = TimedFollower(lambda c: c % 2, clock, first_s=0.0002, call_s=0.0002, catchup_s=0.0002, upkeep_us=400.0)
-    curve = linear(0.9)
-    curve.t1_s = 0.010
+    curve = linear(0.9, t1_s=0.010)
     ctl = controller(f, curve=curve, clock=clock, probe_every=8, probe_every_max=400)
     _, ds = run_with_upkeep(ctl, 1500)
     probes = [i for i, d in enumerate(ds) if d.probe]
@@ -634,8 +630,7 @@ def test_probes_keep_to_their_share_of_the_time_counting_their_verify():
     draft is accepted in full costs nothing: such probes are not spaced out."""
     clock = FakeClock()
     f = TimedFollower(lambda c: c % 2, clock, first_s=0.0002, call_s=0.0002, catchup_s=0.00001, upkeep_us=400.0)
-    curve = linear(0.9)
-    curve.t1_s = 0.010
+    curve = linear(0.9, t1_s=0.010)
     ctl = controller(f, curve=curve, clock=clock, probe_every=16, probe_every_max=400)
     log = []
     run_with_upkeep(ctl, 1500, log=log)
@@ -652,8 +647,7 @@ def test_probes_keep_to_their_share_of_the_time_counting_their_verify():
     # made a dearer catch-up: 16, 54, 190 steps apart
     clock2 = FakeClock()
     g = TimedFollower(lambda c: 2, clock2, first_s=0.0005, call_s=0.0005, catchup_s=0.0005, upkeep_us=10000.0)
-    curve2 = linear(0.5)
-    curve2.t1_s = 0.010
+    curve2 = linear(0.5, t1_s=0.010)
     ctl2 = controller(g, curve=curve2, clock=clock2, probe_every=16, probe_every_max=400)
     log2 = []
     run_with_upkeep(ctl2, 600, log=log2)
