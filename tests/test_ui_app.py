@@ -841,14 +841,21 @@ async def test_where_the_model_takes_every_core_a_streaming_reply_grows_a_few_li
             body = view.body
             if app.job is not None and body.size.height > 0:
                 assert not prompt.cursor_blink
-                seen.add((len(body._lines), body.size.height))
+                lines = len(body._lines)
+                seen.add((lines, body.size.height))
+                if lines > body.size.height + step:
+                    # the layout trails more than a frame (a stalled machine): it comes as soon
+                    # as the UI has processed what is queued, tall enough for those lines
+                    await pilot.pause()
+                    if app.job is not None:     # (at the end the reply fits its text exactly)
+                        assert body.size.height >= body._height(lines), (lines, body.size.height)
         grown = [(lines, height) for lines, height in seen if lines > 0]
         assert any(lines < height for lines, height in grown), "no paint fell within a reserve"
         assert any(height > step for _, height in grown), "the reply never grew"
         for lines, height in grown:
             assert height == step or (height - step) % (2 * step) == 0, (lines, height)
-            # a layout may trail the last lines by a frame; never by more than a reserve
-            assert height - 3 * step <= lines <= height + step, (lines, height)
+            # never taller than the lines need (a layout only ever trails the lines)
+            assert height - 3 * step <= lines, (lines, height)
         await pilot.pause(0.2)
         assert view.body.size.height == len(view.body._lines) > step
         assert prompt.cursor_blink
