@@ -3,7 +3,8 @@
 
 Configurations run *interleaved*: every configuration once per round, round after round,
 each run from a fresh chain, so that a busy machine's drifts spread over all of them
-(:func:`interleave`). Each configuration's fastest run counts for its figures
+(:func:`interleave`); every other round runs them in reverse order, so that a drift within
+a round does not always fall on the same configuration. Each configuration's fastest run counts for its figures
 (:class:`Row`, folded by :func:`add_result`), and each round's runs, back to back, also
 give a *paired* ratio to ``none``'s run of the same round, whose median follows a drifting
 machine less than the ratio of two fastest runs does.
@@ -14,11 +15,11 @@ machine less than the ratio of two fastest runs does.
 ...     return {"none": 10.0, "mod": 20.0}[name] * (1 + len(calls) / 100), (name, len(calls))
 >>> best, speeds = interleave([("none", None), ("mod", None)], 2, run_one)
 >>> calls
-['none', 'mod', 'none', 'mod']
+['none', 'mod', 'mod', 'none']
 >>> best["mod"], [round(x, 2) for x in speeds["mod"]]
-(('mod', 4), [20.4, 20.8])
+(('mod', 3), [20.4, 20.6])
 >>> [round(x, 3) for x in paired_ratios(speeds, "mod")]
-[2.02, 2.019]
+[2.02, 1.981]
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def interleave(configs: Sequence[tuple[str, Any]], rounds: int,
                run_one: Callable[[str, Any], tuple[float, Any]],
                progress: Callable[[int, int, str], None] | None = None,
                cancel: Callable[[], bool] | None = None) -> tuple[dict[str, Any], dict[str, list[float]]]:
-    """Run every configuration once per round, ``rounds`` times, in turn.
+    """Run every configuration once per round, ``rounds`` times, in turn (in reverse order
+    every other round: ABBA, so that a steady drift of the machine's speed does not favour the
+    configuration that runs first).
 
     ``run_one(name, payload)`` runs one and returns ``(tokens/s, record)``; the
     record of each configuration's fastest run is kept. Returns ``(best records,
@@ -52,7 +55,7 @@ def interleave(configs: Sequence[tuple[str, Any]], rounds: int,
     total = rounds * len(configs)
     done = 0
     for r in range(rounds):
-        for name, payload in configs:
+        for name, payload in (configs if r % 2 == 0 else list(reversed(configs))):
             if cancel is not None and cancel():
                 raise Cancelled()
             if progress is not None:
