@@ -242,11 +242,16 @@ class ControllerParams:
     max_len: int = 64
     #: share of the step time that asking cold (not worth verifying) cheap drafters may take
     probe_budget: float = 0.006
-    #: model drafters: real probes of ``probe_len`` tokens, every ``probe_every`` steps at
-    #: first, doubling after each failed probe up to ``probe_every_max``
+    #: model drafters: real probes of ``probe_len`` tokens, every ``probe_every`` steps (after
+    #: the first few, below), doubling after each failed probe up to ``probe_every_max``
     probe_len: int = 2
     probe_every: int = 16
     probe_every_max: int = 256
+    #: a model drafter's first ``probe_early_n`` probes come at least ``probe_every_early``
+    #: steps apart (their share of the time still bounds them): a fresh chain learns soon
+    #: whether a drafter pays, rather than a quarter of a reply later
+    probe_every_early: int = 4
+    probe_early_n: int = 3
     #: probes of a drafter take at most ``probe_share`` of the steps' time (a probe's cost: its
     #: ask, a paused drafter's catch-up on the context it missed included, and its verify, less
     #: what decoding its tokens one by one would have taken), twice that for one whose last probe
@@ -1275,9 +1280,12 @@ class Controller:
                     # what the probe cost beyond the tokens it produced: the time between probes
                     # is that over the share of the steps' time they may take
                     st.probe_s = max(0.0, st.probe_s + seconds - len(ids) * self.t1_s)
+                # its first probes: what it is worth is learnt within a few steps
+                early = st.per["probes"] <= p.probe_early_n
+                base = p.probe_every_early if early else p.probe_every
                 if st.t_cold:
                     # only its first, cold call is timed: what it costs is not known yet
-                    st.probe_every = p.probe_every
+                    st.probe_every = base
                 elif st.hopeless:
                     # its costs alone outweigh what a verify can save: only re-measure now and then
                     st.probe_every = self._hopeless_interval(st)
@@ -1286,13 +1294,16 @@ class Controller:
                     _, g = self._potential(st, p.max_len)
                     if n_acc > 0 and g >= p.probe_near * (1.0 + p.margin):
                         # near paying: probed more often, at twice the share of the time
-                        share, n = 2 * p.probe_share, p.probe_every
+                        share, n = 2 * p.probe_share, base
                     else:
-                        # short of paying: a missed probe doubles the wait, an accepted one
-                        # starts it over; either way its probes keep to their share of the time
-                        share, n = p.probe_share, st.probe_every * 2 if n_acc == 0 else p.probe_every
+                        # short of paying: a missed probe doubles the wait (after the first
+                        # ones), an accepted one starts it over; either way its probes keep to
+                        # their share of the time
+                        share, n = p.probe_share, (max(p.probe_every, st.probe_every * 2)
+                                                   if n_acc == 0 and not early else base)
                     st.probe_every = min(p.probe_every_max, self._share_interval(st, share, n))
-                st.next_probe = max(st.next_probe, self.step + st.probe_every)
+                # (decide() set the next probe from the interval before this one's outcome)
+                st.next_probe = self.step + st.probe_every if early else max(st.next_probe, self.step + st.probe_every)
         if seconds is not None:
             self.observe_time(len(dec.draft), max(seconds - upkeep, 1e-6))
 
