@@ -150,6 +150,26 @@ def draft_model_warning(spec: SpecParams | None, auto_plan) -> str | None:
     return f"the draft model {path} is not used: {why}; Automatic goes on without it"
 
 
+def synthetic_auto_warning(spec: SpecParams | None) -> str | None:
+    """Under Automatic (or ``--spec-adaptive on``) with synthetic acceptance: that the adaptive
+    controller is off (None: not so).
+
+    Synthetic acceptance accepts drafts at the given rates whatever they say, so nothing the
+    controller could learn from them is true of the model: the chain drafts as llama.cpp's
+    does, the first drafter in the fixed order wins, and every drafter's upkeep runs.
+
+    >>> from speculators.params import SpecParams
+    >>> synthetic_auto_warning(SpecParams.auto(synth_len=2.5))
+    'the adaptive controller is off under synthetic acceptance: every type drafts in its fixed order (the first drafter wins), and the figures are not what Automatic would do'
+    >>> synthetic_auto_warning(SpecParams.auto()) is None, synthetic_auto_warning(SpecParams.from_types("ngram-mod", synth_len=2.5)) is None
+    (True, True)
+    """
+    if spec is None or not spec.adaptive_on or (spec.synth_len is None and not spec.synth_rates):
+        return None
+    return ("the adaptive controller is off under synthetic acceptance: every type drafts in its fixed "
+            "order (the first drafter wins), and the figures are not what Automatic would do")
+
+
 def stderr_progress(done: int, total: int, phase: str) -> None:
     """A one-line progress bar on stderr (for the first run's model assembly)."""
     if phase == "load":

@@ -57,6 +57,22 @@ def test_generate_synthetic_acceptance_warns(default_model_path):
     assert "not valid" in r.stderr
 
 
+def test_generate_auto_under_synthetic_acceptance_says_the_controller_is_off(default_model_path):
+    """Synthetic acceptance accepts drafts whatever they say: the adaptive controller is off under
+    it (the chain drafts as llama.cpp's does), and `generate` says so instead of printing
+    figures that read as Automatic's."""
+    args = ["generate", "-m", str(default_model_path), "-p", "Say hello", "-n", "8", "--temp", "0",
+            "--spec-type", "auto", "--json", "-t", "2"]
+    r = draftlight(*args, "--spec-synth-len", "2.5")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stats"]["controller"] is None
+    assert "the adaptive controller is off under synthetic acceptance" in r.stderr
+    plain = draftlight(*args)
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["stats"]["controller"]["n_steps"] > 0
+    assert "adaptive controller is off" not in plain.stderr
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--spec-type", "ngram-fancy"], "unknown speculative type: 'ngram-fancy'"),
     (["--spec-ngram-mod-n-match", "0"], "ngram_mod.n_match"),
