@@ -4,10 +4,10 @@
 Configurations run *interleaved*: every configuration once per round, round after round,
 each run from a fresh chain, so that a busy machine's drifts spread over all of them
 (:func:`interleave`); every other round runs them in reverse order, so that a drift within
-a round does not always fall on the same configuration. Each configuration's fastest run counts for its figures
-(:class:`Row`, folded by :func:`add_result`), and each round's runs, back to back, also
-give a *paired* ratio to ``none``'s run of the same round, whose median follows a drifting
-machine less than the ratio of two fastest runs does.
+a round does not always fall on the same configuration. Each configuration's fastest run
+counts for its figures (:class:`Row`, folded by :func:`add_result`), and each round's runs,
+back to back, also give a *paired* ratio to ``none``'s run of the same round, whose median
+follows a drifting machine less than the ratio of two fastest runs does.
 
 >>> calls = []
 >>> def run_one(name, payload):

@@ -1303,7 +1303,8 @@ class Controller:
                                                    if n_acc == 0 and not early else base)
                     st.probe_every = min(p.probe_every_max, self._share_interval(st, share, n))
                 # (decide() set the next probe from the interval before this one's outcome)
-                st.next_probe = self.step + st.probe_every if early else max(st.next_probe, self.step + st.probe_every)
+                st.next_probe = (self.step + st.probe_every if early
+                                 else max(st.next_probe, self.step + st.probe_every))
         if seconds is not None:
             self.observe_time(len(dec.draft), max(seconds - upkeep, 1e-6))
 

@@ -220,8 +220,10 @@ async def test_f6_switches_the_layout_and_leaves_the_colours_to_f5():
         assert saved.ui_get("colouring") is True and saved.ui_get("off_view") == "plain"
         await pilot.press("f6")                      # and a new reply in the Markdown view is coloured too
         reply2 = await send_and_wait(pilot, app, "again")
-        await until(pilot, lambda: reply2._markdown is not None and coloured_markdown_spans(app, reply2))
-        assert coloured_markdown_spans(app, reply2) == {"Hello world": mod, " are you today": simple}
+        # (the Markdown view is built block by block: wait for the whole reply, not its first run)
+        want = {"Hello world": mod, " are you today": simple}
+        await until(pilot, lambda: reply2._markdown is not None and coloured_markdown_spans(app, reply2) == want)
+        assert coloured_markdown_spans(app, reply2) == want
 
 
 def test_markdown_text_is_matched_back_to_its_source():

@@ -139,7 +139,8 @@ class LabScreen(Screen[None]):
             yield SelectionList[str](id="lab-configs")
             yield ProgressBar(total=1, show_eta=False, id="lab-progress")
             yield Static("Configurations run in turn, round after round (every other round in reverse "
-                         "order), on the loaded model; the chat's settings are put back afterwards.", id="lab-status")
+                         "order), on the loaded model; the chat's settings are put back afterwards.",
+                         id="lab-status")
             yield Static("Results (click a heading to sort; the highlighted row is the one compared below)",
                          classes="l-section")
             yield DataTable(id="lab-table", cursor_type="row", zebra_stripes=True)
