@@ -37,8 +37,7 @@ from speculators.types import parse_types
 from . import config as config_mod
 from .measure import Row, add_result, finish_row, gen_tps, interleave, new_row, paired_ratios
 from .options import add_model_args, add_spec_args, model_options_from_args, spec_from_args
-from .runtime import (draft_model_warning, engine_config, resolve_model_path, stderr_progress,
-                      synthetic_auto_warning)
+from .runtime import auto_warnings, engine_config, resolve_model_path, stderr_progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -340,12 +339,8 @@ def run(args: argparse.Namespace) -> int:
             engine.set_spec(sp)
             for skipped, why in engine.chain.skipped.items():
                 print(f"draftlight: warning: {name}: {skipped} is off: {why}", file=sys.stderr)
-            unused = draft_model_warning(sp, engine.auto_plan)
-            if unused:
-                print(f"draftlight: warning: {name}: {unused}", file=sys.stderr)
-            no_controller = synthetic_auto_warning(sp)
-            if no_controller:
-                print(f"draftlight: warning: {name}: {no_controller}", file=sys.stderr)
+            for warning in auto_warnings(sp, engine.auto_plan):
+                print(f"draftlight: warning: {name}: {warning}", file=sys.stderr)
             if engine.auto_plan:
                 report.setdefault("auto_plan", {})[name] = [list(c) for c in engine.auto_plan]
             if engine.cost_curve is not None:

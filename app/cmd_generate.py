@@ -17,7 +17,7 @@ from . import config as config_mod
 from .options import (add_model_args, add_sampling_args, add_spec_args, default_spec, model_options_from_args,
                       sampling_from_args, spec_types_configured)
 from .lookup_store import DEFAULT_MAX_BYTES, LookupStore, LookupStoreError
-from .runtime import draft_model_warning, open_engine, stderr_progress, synthetic_auto_warning
+from .runtime import auto_warnings, open_engine, stderr_progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -97,12 +97,8 @@ def run(args: argparse.Namespace) -> int:
             store = _open_store(engine, spec, max_mib)
         for name, why in engine.chain.skipped.items():
             print(f"draftlight: warning: {name} is off: {why}", file=sys.stderr)
-        unused = draft_model_warning(spec, engine.auto_plan)
-        if unused:
-            print(f"draftlight: warning: {unused}", file=sys.stderr)
-        no_controller = synthetic_auto_warning(spec)
-        if no_controller:
-            print(f"draftlight: warning: {no_controller}", file=sys.stderr)
+        for warning in auto_warnings(spec, engine.auto_plan):
+            print(f"draftlight: warning: {warning}", file=sys.stderr)
         if args.raw:
             prompt = engine.prompt_tokens(text=text, raw=True)
         else:

@@ -164,10 +164,16 @@ def synthetic_auto_warning(spec: SpecParams | None) -> str | None:
     >>> synthetic_auto_warning(SpecParams.auto()) is None, synthetic_auto_warning(SpecParams.from_types("ngram-mod", synth_len=2.5)) is None
     (True, True)
     """
-    if spec is None or not spec.adaptive_on or (spec.synth_len is None and not spec.synth_rates):
+    if spec is None or not spec.adaptive_on or not spec.has_synth:
         return None
     return ("the adaptive controller is off under synthetic acceptance: every type drafts in its fixed "
             "order (the first drafter wins), and the figures are not what Automatic would do")
+
+
+def auto_warnings(spec: SpecParams | None, auto_plan) -> list[str]:
+    """What a command should say about how Automatic runs with these settings: the
+    configured draft model it cannot use, and a controller off under synthetic acceptance."""
+    return [w for w in (draft_model_warning(spec, auto_plan), synthetic_auto_warning(spec)) if w]
 
 
 def stderr_progress(done: int, total: int, phase: str) -> None:
