@@ -64,3 +64,32 @@ async def test_the_chat_under_automatic_says_the_draft_model_is_not_used(tmp_pat
             await pilot.pause(0.1)
         hit = [m for m in msgs if "draft model" in m]
         assert hit and str(junk) in hit[0] and "cannot be read" in hit[0], msgs
+
+
+async def test_the_chat_under_automatic_with_synthetic_acceptance_says_its_controller_is_off(tmp_path,
+                                                                                            default_model_path):
+    from app import config as config_mod
+    from app.options import ModelOptions
+    from app.storage import History
+    from app.ui.app import DraftlightApp
+    from speculators.params import SpecParams
+    cfg = config_mod.Config()
+    cfg.model = ModelOptions(model=str(default_model_path), ctx_size=512, threads=2)
+    cfg.spec = SpecParams.auto(synth_len=2.5)
+    app = DraftlightApp(cfg, history=History(tmp_path / "h.sqlite3"), persist_config=False,
+                        lookup_root=str(tmp_path / "lookup"))
+    async with app.run_test() as pilot:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and app.state != "ready":
+            await pilot.pause(0.1)
+        assert app.state == "ready"
+        await pilot.pause(0.2)
+        hit = [n.message for n in app._notifications if "controller is off" in n.message]
+        assert len(hit) == 1 and "synthetic acceptance" in hit[0], [n.message for n in app._notifications]
+        # settings applied again with the same spec: not said a second time
+        app.session.rebuild_chain()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("Speculation:" in n.message for n in app._notifications):
+            await pilot.pause(0.1)
+        await pilot.pause(0.2)
+        assert sum("controller is off" in n.message for n in app._notifications) == 1

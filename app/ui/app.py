@@ -563,13 +563,17 @@ class DraftlightApp(App[int]):
         self.refresh_bindings()
 
     def _notify_unused_draft_model(self) -> None:
-        """Automatic with a draft model it cannot use: say so (once per reason), in place."""
-        from ..runtime import draft_model_warning
+        """What Automatic says about how it runs with these settings (``runtime.auto_warnings``:
+        a draft model it cannot use, its controller off under synthetic acceptance), in place,
+        each once until the settings change it."""
+        from ..runtime import auto_warnings
         engine = self.session.engine
-        msg = draft_model_warning(getattr(engine, "spec", None), getattr(engine, "auto_plan", None))
-        if msg and msg != getattr(self, "_draft_warned", None):
-            self.notify(msg[0].upper() + msg[1:], severity="warning", timeout=12)
-        self._draft_warned = msg
+        msgs = auto_warnings(getattr(engine, "spec", None), getattr(engine, "auto_plan", None))
+        said = getattr(self, "_auto_warned", ())
+        for msg in msgs:
+            if msg not in said:
+                self.notify(msg[0].upper() + msg[1:], severity="warning", timeout=12)
+        self._auto_warned = tuple(msgs)
 
     def _ui_SpecApplied(self, ev: sess.SpecApplied) -> None:
         # the new chain lives until the next change: keep it out of the collector's scans too
