@@ -11,8 +11,9 @@ Everything lives under $DRAFTLIGHT_NATIVE_DIR, default ~/.cache/draftlight-nativ
     sdist/llama_cpp_python-<version>.tar.gz, src/llama_cpp_python-<version>/vendor/llama.cpp,
     build/ (cmake), bin/llama-server, bin/llama-lookup-create, bin/BUILD_INFO.
 CPU build, Release, only those two targets, -j$DRAFTLIGHT_NATIVE_JOBS (default 2), plus
-$CMAKE_ARGS (as pip's llama-cpp-python build reads it; a change of it rebuilds).
-Tests import this file (tests/native_tier.py loads it by path) to find the binaries and the source.
+$CMAKE_ARGS (as pip's llama-cpp-python build reads it; a change of it rebuilds, and so does another
+CPU: llama.cpp builds its kernels for the CPU it is built on, ``python tools/native.py cpu``).
+Tests import this file (tests/test_native_llama_cpp.py loads it by path) to find the binaries and the source.
 """
 from __future__ import annotations
 
@@ -111,24 +112,75 @@ def _extra_cmake_args() -> list[str]:
     return [a for a in shlex.split(os.environ.get("CMAKE_ARGS", "")) if not a.upper().startswith("-DGGML_RPC=")]
 
 
-def _built_with() -> str | None:
+#: the CPU features a build for this CPU (llama.cpp's default, ``GGML_NATIVE``) compiles kernels for
+_ISA_PREFIXES = ("sse", "ssse", "avx", "amx", "fma", "f16c", "bmi", "vnni", "asimd", "sve", "sme", "i8mm",
+                 "bf16", "fp16", "dotprod", "fphp")
+
+
+def cpu_isa() -> str:
+    """This CPU's instruction-set extensions, as a short stable string: with llama.cpp's default
+    ``GGML_NATIVE`` a build has kernels for the CPU it was built on (AMX, AVX-512, …), so a build
+    (or a cached wheel) made on another CPU is not what a user of this one gets.
+
+        >>> isa = cpu_isa()
+        >>> isa == cpu_isa() and " " not in isa
+        True
+    """
+    import hashlib
+    import platform
+    feats: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    feats = {w for w in val.split() if w.startswith(_ISA_PREFIXES)}
+                    break
+    except OSError:
+        pass
+    if not feats:   # macOS, or no /proc: the machine and the processor's name
+        feats = {platform.machine(), platform.processor()}
+    named = [f for f in ("amx_int8", "avx512f", "avx2") if f in feats]
+    digest = hashlib.sha256(" ".join(sorted(feats)).encode()).hexdigest()[:12]
+    return f"{platform.machine()}-{'+'.join(named) or 'base'}-{digest}"
+
+
+def _build_info(key: str) -> str | None:
     info = bin_dir() / "BUILD_INFO"
     if not info.is_file():
         return None
     for line in info.read_text().splitlines():
-        if line.startswith("cmake_args "):
-            return line[len("cmake_args "):]
+        if line.startswith(key + " "):
+            return line[len(key) + 1:]
     return ""
 
 
-def build(jobs: int | None = None, pip_tools: bool = False) -> Path:
+def _built_with() -> str | None:
+    return _build_info("cmake_args")
+
+
+def stale() -> str | None:
+    """Why the built binaries cannot be reused (None: they can): none built, built with other
+    ``CMAKE_ARGS``, or on another CPU (or one not recorded)."""
+    if not built():
+        return "not built"
     want = " ".join(_extra_cmake_args())
+    have, have_cpu, cpu = _built_with(), _build_info("cpu"), cpu_isa()
+    if have is not None and have != want:
+        return f"built with CMAKE_ARGS={have!r}, now {want!r}"
+    if have_cpu != cpu:
+        return f"built on another CPU ({have_cpu or 'not recorded'}), this one is {cpu}"
+    return None
+
+
+def build(jobs: int | None = None, pip_tools: bool = False) -> Path:
+    want, cpu = " ".join(_extra_cmake_args()), cpu_isa()
+    why = stale()
+    if why is None:
+        _log(f"reusing {bin_dir()}")
+        return bin_dir()
     if built():
-        have = _built_with()
-        if have is None or have == want:
-            _log(f"reusing {bin_dir()}")
-            return bin_dir()
-        _log(f"rebuilding: built with CMAKE_ARGS={have!r}, now {want!r}")
+        _log(f"rebuilding: {why}")
     _ensure_tools(pip_tools)
     src = fetch()
     jobs = jobs or int(os.environ.get("DRAFTLIGHT_NATIVE_JOBS", "2"))
@@ -163,7 +215,7 @@ def build(jobs: int | None = None, pip_tools: bool = False) -> Path:
         os.replace(tmp, out / t)
     minutes = (time.monotonic() - t0) / 60
     (out / "BUILD_INFO").write_text(f"llama-cpp-python {VERSION}\njobs {jobs}\nminutes {minutes:.1f}\n"
-                                    f"cmake_args {want}\n")
+                                    f"cmake_args {want}\ncpu {cpu}\n")
     _log(f"built {', '.join(TARGETS)} in {minutes:.1f} min -> {out}")
     # the build tree is large and not needed once the binaries are copied
     if os.environ.get("DRAFTLIGHT_NATIVE_KEEP_BUILD") != "1":
@@ -180,6 +232,8 @@ def main(argv: list[str]) -> int:
         print(fetch())
     elif cmd == "build":
         print(build(pip_tools=pip_tools))
+    elif cmd == "cpu":
+        print(cpu_isa())
     elif cmd == "where":
         if not built():
             print(f"not built: {bin_dir()}", file=sys.stderr)
