@@ -15,6 +15,7 @@ in it). Needs tmux.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shlex
@@ -46,8 +47,13 @@ def folders(base: Path) -> dict[str, str]:
     return env
 
 
+_RUNS = itertools.count()
+
+
 def chat_once(args: list[str], prompt: str, env: dict[str, str], timeout: float = 300) -> dict:
-    sock = f"draftlight-bench-{os.getpid()}"
+    # a tmux server of its own each time: the last one may still be exiting after its kill-server
+    # (a new session on its socket then fails)
+    sock = f"draftlight-bench-{os.getpid()}-{next(_RUNS)}"
     tm = ["tmux", "-L", sock]
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     inner = f"exec env {envs} TERM=xterm-256color {shlex.join(args)}"
