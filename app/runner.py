@@ -244,6 +244,7 @@ class RunnerEngine:
         self._log: collections.deque[tuple[int, str]] = collections.deque(maxlen=300)
         self._log_seq = 0
         self._request_seq = 0    # _log_seq when the request in progress began
+        self._idle_seq = 0       # _log_seq when the last request ended (what a runner logs between requests)
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._snap: EngineSnapshot | None = None
@@ -259,6 +260,9 @@ class RunnerEngine:
         self.load_warnings: list[str] = []
         #: the last crash (its message), for the UI
         self.last_crash: str | None = None
+        #: told (from a thread of its own) when the runner died between requests, with what the
+        #: chat should say: that it was started again, or why not (set by the session)
+        self.on_idle_death: Callable[[str], None] | None = None
         with self._lock:
             try:
                 self._start(progress)
@@ -360,6 +364,7 @@ class RunnerEngine:
 
     def _kill(self) -> None:
         proc = self._proc
+        self._reported = proc     # a death of our making: not one to tell the chat of, nor to restart after
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(OSError):
                 proc.kill()
@@ -407,17 +412,55 @@ class RunnerEngine:
             if wait_for is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     wait_for.wait(5)
+            died = None
             with self._lock:
                 if self.closed or self.alive or self._gave_up is not None:
                     return
-                if wait_for is not None and self._proc is wait_for and self._reported is not wait_for:
-                    self.last_crash = f"the model runner stopped between replies ({_signal_text(wait_for.returncode)})"
+                if wait_for is not None:
+                    if self._proc is not wait_for or self._reported is wait_for:
+                        return   # replaced already, or its death was handled (and a restart asked) where it was seen
+                    # nobody was waiting on it (between replies): the chat is told here
+                    died = self._died_between(wait_for)
+                    if self._gave_up is not None:
+                        self._tell(str(self._gave_up))
+                        return
                 try:
                     self._start(None)
+                    now = "a fresh runner has loaded the model; nothing in the chat was lost"
                 except Exception as e:   # a thread of its own: say it at the next request, never here
                     self.last_crash = f"the model runner could not be started again: {describe(e)}"
+                    now = f"it could not be started again: {describe(e)}"
+            if died is not None:
+                self._tell(f"{died[0]}: {now}{died[1]}")
         t = threading.Thread(target=restart, name="draftlight-runner-restart", daemon=True)
         t.start()
+
+    def _died_between(self, proc: subprocess.Popen) -> tuple[str, str]:
+        """A runner that died between requests: counted like a crash in a reply (the same death
+        twice in a row gives up: :attr:`_gave_up` says why); (what happened, its last lines)."""
+        self._reported = proc
+        rc = proc.returncode
+        lines = [line for seq, line in list(self._log) if seq > self._idle_seq]
+        lost = rpc_lost(lines)
+        tail = [lost] if lost else telling_lines(lines)
+        if not lost:
+            self._crashes.append((rc, repr(getattr(self._last_spec, "to_dict", lambda: None)())))
+        what = f"the model runner stopped between replies ({_signal_text(rc)})"
+        logged = (" — its last lines: " + " | ".join(tail)) if tail else ""
+        self.last_crash = what + logged
+        if len(self._crashes) >= 2 and self._crashes[-1] == self._crashes[-2]:
+            msg = (f"{what}, the same way twice in a row with this model and these settings, so it is not "
+                   f"started again; {crash_advice(rc, lines=lines)}. Change the model or its settings (F3) "
+                   f"to try again{logged}")
+            self._gave_up = RunnerGaveUp(msg, rc, tail)
+            self.last_crash = msg
+        return what, logged
+
+    def _tell(self, msg: str | None) -> None:
+        cb = self.on_idle_death
+        if msg and cb is not None:
+            with contextlib.suppress(Exception):
+                cb(msg)
 
     def _ensure(self) -> None:
         if self.closed:
@@ -480,10 +523,12 @@ class RunnerEngine:
                 if reply[2] is not None:
                     self._snap = reply[2]
                 self._result = (reply[1], reply[2])
+                self._idle_seq = self._log_seq
                 return
             elif kind == "error":
                 if reply[2] is not None:
                     self._snap = reply[2]
+                self._idle_seq = self._log_seq
                 raise reply[1]
 
 

@@ -188,8 +188,17 @@ class StaticBuilt:
     error: str | None = None
 
 
+@dataclass
+class RunnerStopped:
+    """The model's runner process died between replies (nothing was waiting on it): what the
+    chat should say, and whether it was not started again (the same death twice in a row)."""
+    message: str
+    gave_up: bool = False
+
+
 SessionEvent = (LoadProgress | EngineReady | EngineFailed | SpecApplied | ReplyProgress
-                | ContextTrimmed | ReplyDone | ReplyFailed | LookupSaved | StaticBuildProgress | StaticBuilt)
+                | ContextTrimmed | ReplyDone | ReplyFailed | LookupSaved | StaticBuildProgress | StaticBuilt
+                | RunnerStopped)
 
 
 # ---------------------------------------------------------------------------
@@ -388,6 +397,9 @@ class ChatSession:
         except Exception as e:  # every failure becomes an event, never a traceback
             self.post(EngineFailed(describe(e), model.model))
             return
+        if hasattr(engine, "on_idle_death"):   # a runner: a death between replies is said, not silent
+            engine.on_idle_death = lambda msg, e=engine: self.post(
+                RunnerStopped(msg, getattr(e, "_gave_up", None) is not None))
         store, warnings, spec_error = None, list(getattr(engine, "load_warnings", None) or []), None
         try:
             with self.engine_lock:

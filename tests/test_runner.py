@@ -104,6 +104,52 @@ def test_the_same_crash_twice_stops_the_restart_until_the_settings_change(tmp_pa
     s.close()
 
 
+def next_stopped(s, q, timeout: float = 120) -> sess.RunnerStopped:
+    """Apply the session's events until the runner says it stopped between replies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ev = q.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        s.apply(ev)
+        if isinstance(ev, sess.RunnerStopped):
+            return ev
+    raise AssertionError("the chat was not told that the runner stopped")
+
+
+def test_a_runner_that_dies_between_replies_is_said_and_started_again_but_not_twice(tmp_path, default_model_path):
+    s, q = runner_session(tmp_path, default_model_path)
+    eng = s.engine
+    first = s.send("Say hello.")
+    drain(s, q, lambda: s.job is None, timeout=120)
+    assert first.status == "done"
+    pid = eng.pid
+    os.kill(pid, signal.SIGSEGV)          # nothing is waiting on it: no reply is running
+    ev = next_stopped(s, q)
+    assert not ev.gave_up
+    assert "between replies" in ev.message and "SIGSEGV" in ev.message and "nothing in the chat was lost" in ev.message
+    assert eng.alive and eng.pid != pid and eng.starts == 2
+    # the next message is answered by the fresh runner, with the conversation so far
+    nxt = s.send("Say hello again.")
+    drain(s, q, lambda: s.job is None, timeout=120)
+    assert nxt.status == "done" and nxt.text and len(s.history.load_chat(s.chat_id).messages) == 4
+    # the same death twice in a row (no good reply between): said, and not started again
+    pid = eng.pid
+    os.kill(pid, signal.SIGKILL)
+    assert not next_stopped(s, q).gave_up and eng.alive
+    os.kill(eng.pid, signal.SIGKILL)
+    ev = next_stopped(s, q)
+    assert ev.gave_up and "twice in a row" in ev.message and "SIGKILL" in ev.message
+    time.sleep(1.0)
+    starts = eng.starts
+    assert not eng.alive
+    r = s.send("Hello")
+    drain(s, q, lambda: s.job is None, timeout=60)
+    assert "twice in a row" in (r.error or "") and eng.starts == starts and not eng.alive
+    s.close()
+
+
 def test_esc_stops_a_runner_stuck_in_native_code(tmp_path, default_model_path):
     once = tmp_path / "hung-once"
     s, q = runner_session(tmp_path, default_model_path, env={CRASH_ENV: "hang:3", CRASH_ONCE_ENV: str(once)})

@@ -4,7 +4,8 @@
 2. kill -9 the app mid-reply, start it again, and find the chat intact;
 3. a new user's first runs (no flags, no config): the chat learns the dynamic lookup cache;
 4. a small context keeps chatting past its limit;
-5. the model runner killed by SIGSEGV mid-reply: the chat says so, keeps the reply, answers the next.
+5. the model runner killed by SIGSEGV mid-reply: the chat says so, keeps the reply, answers the next;
+   killed between replies: the chat says so and starts it again.
 """
 
 from __future__ import annotations
@@ -289,6 +290,13 @@ def test_the_runner_crashing_mid_reply_leaves_the_chat_running(tmux, tmp_path, d
     assert msgs[1].status == "error" and msgs[1].content and msgs[1].tokens    # the cut reply, kept
     assert msgs[3].status == "done" and msgs[3].content
     h.close()
+    # killed between replies (nothing waits on it): said all the same, and started again
+    second = _runner_pid(app_pid)
+    os.kill(second, signal.SIGKILL)
+    tmux.wait_for(r"between[\s▌]+replies", timeout=60)       # a notice: its lines wrap inside a frame
+    tmux.wait_for(r"was[\s▌]+lost", timeout=60)
+    assert "SIGKILL" in tmux.screen().replace("\n", " ")
+    assert _runner_pid(app_pid) not in (runner, second)
     tmux.keys("C-q")
     tmux.wait_for(r"DRAFTLIGHT-EXIT=0", timeout=20)
 

@@ -732,6 +732,17 @@ class DraftlightApp(App[int]):
         self.notify(ev.error, severity="error", timeout=8)
         self.refresh_bindings()
 
+    def _ui_RunnerStopped(self, ev: sess.RunnerStopped) -> None:
+        """The runner died between replies: said, with what happens next (it was started again,
+        or, the same death twice in a row, not)."""
+        if ev.gave_up:
+            self._set_state("error")
+        self.notify(ev.message[0].upper() + ev.message[1:], severity="error" if ev.gave_up else "warning",
+                    timeout=20 if ev.gave_up else 12)
+        self._refresh_welcome()
+        self._refresh_stats()
+        self.refresh_bindings()
+
     def _ui_LookupSaved(self, ev: sess.LookupSaved) -> None:
         if ev.info.get("error"):
             self.notify(f"lookup cache not saved: {ev.info['error']}", severity="warning", timeout=8)
