@@ -317,3 +317,25 @@ def test_a_model_that_cannot_load_is_a_clear_error_and_leaves_no_runner(tmp_path
         assert time.monotonic() < deadline, f"a runner was left running: {left}"
         time.sleep(0.05)
     s.close()
+
+
+def test_a_runner_that_cannot_be_started_again_is_said_once_not_retried_in_a_loop(tmp_path, default_model_path):
+    """The model file gone when the runner dies between replies: the restart fails, says why,
+    and is not tried again and again (it was: ~4 restarts a second)."""
+    import shutil
+    from app.options import ModelOptions
+    model = tmp_path / "m.gguf"
+    shutil.copy(default_model_path, model)
+    told: list[str] = []
+    eng = RunnerEngine(ModelOptions(model=str(model), ctx_size=256, threads=2), SpecParams())
+    eng.on_idle_death = told.append
+    model.unlink()
+    os.kill(eng.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(told) == 1 and "between replies" in told[0] and "could not be started again" in told[0], told
+    assert "model file not found" in told[0]
+    time.sleep(3)
+    assert eng.starts == 2 and not eng.alive and len(told) == 1
+    eng.close()
