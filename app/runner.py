@@ -261,8 +261,9 @@ class RunnerEngine:
         #: the last crash (its message), for the UI
         self.last_crash: str | None = None
         #: told (from a thread of its own) when the runner died between requests, with what the
-        #: chat should say: that it was started again, or why not (set by the session)
-        self.on_idle_death: Callable[[str], None] | None = None
+        #: chat should say (that it was started again, or why not) and whether it gave up (the
+        #: same death twice in a row: not started again); set by the session
+        self.on_idle_death: Callable[[str, bool], None] | None = None
         with self._lock:
             try:
                 self._start(progress)
@@ -386,22 +387,11 @@ class RunnerEngine:
         self._kill()
         time.sleep(0.05)   # the log reader's last lines
         lines = [line for seq, line in list(self._log) if seq > self._request_seq]
-        tail = telling_lines(lines)
-        lost = rpc_lost(lines)
-        if lost:
-            tail = [lost]
-        sig = (rc, repr(getattr(self._last_spec, "to_dict", lambda: None)()))
-        if not lost:                     # a helper machine going away says nothing of these settings
-            self._crashes.append(sig)
         what = f"the model runner stopped ({_signal_text(rc)})"
-        logged = (" — its last lines: " + " | ".join(tail)) if tail else " (it logged nothing since the request began)"
+        tail, logged, gave_up = self._count_death(rc, lines, what, " (it logged nothing since the request began)")
+        if gave_up is not None:
+            return gave_up
         advice = crash_advice(rc, lines=lines)
-        if len(self._crashes) >= 2 and self._crashes[-1] == self._crashes[-2]:
-            msg = (f"{what}, the same way twice in a row with this model and these settings, so it is not "
-                   f"started again; {advice}. Change the model or its settings (F3) to try again{logged}")
-            self._gave_up = RunnerGaveUp(msg, rc, tail)
-            self.last_crash = msg
-            return self._gave_up
         msg = f"{what}: {advice}; a fresh runner is being started for your next message{logged}"
         self.last_crash = msg
         self._restart_soon()
@@ -422,7 +412,7 @@ class RunnerEngine:
                     # nobody was waiting on it (between replies): the chat is told here
                     died = self._died_between(wait_for)
                     if self._gave_up is not None:
-                        self._tell(str(self._gave_up))
+                        self._tell(str(self._gave_up), gave_up=True)
                         return
                 try:
                     self._start(None)
@@ -441,26 +431,37 @@ class RunnerEngine:
         self._reported = proc
         rc = proc.returncode
         lines = [line for seq, line in list(self._log) if seq > self._idle_seq]
-        lost = rpc_lost(lines)
-        tail = [lost] if lost else telling_lines(lines)
-        if not lost:
-            self._crashes.append((rc, repr(getattr(self._last_spec, "to_dict", lambda: None)())))
         what = f"the model runner stopped between replies ({_signal_text(rc)})"
-        logged = (" — its last lines: " + " | ".join(tail)) if tail else ""
-        self.last_crash = what + logged
-        if len(self._crashes) >= 2 and self._crashes[-1] == self._crashes[-2]:
-            msg = (f"{what}, the same way twice in a row with this model and these settings, so it is not "
-                   f"started again; {crash_advice(rc, lines=lines)}. Change the model or its settings (F3) "
-                   f"to try again{logged}")
-            self._gave_up = RunnerGaveUp(msg, rc, tail)
-            self.last_crash = msg
+        _, logged, gave_up = self._count_death(rc, lines, what)
+        if gave_up is None:
+            self.last_crash = what + logged
         return what, logged
 
-    def _tell(self, msg: str | None) -> None:
+    def _count_death(self, rc: int | None, lines: Sequence[str], what: str,
+                     silent: str = "") -> tuple[list[str], str, RunnerGaveUp | None]:
+        """Count a death of the runner (``what`` says how it ended; ``lines``, what it logged):
+        (its telling lines, them as a message's ending, ``silent`` where there are none, and
+        the give-up, set in :attr:`_gave_up`, where it died the same way twice in a row with
+        this model and these settings)."""
+        lost = rpc_lost(lines)
+        tail = [lost] if lost else telling_lines(lines)
+        if not lost:                     # a helper machine going away says nothing of these settings
+            self._crashes.append((rc, repr(getattr(self._last_spec, "to_dict", lambda: None)())))
+        logged = (" — its last lines: " + " | ".join(tail)) if tail else silent
+        if len(self._crashes) < 2 or self._crashes[-1] != self._crashes[-2]:
+            return tail, logged, None
+        msg = (f"{what}, the same way twice in a row with this model and these settings, so it is not "
+               f"started again; {crash_advice(rc, lines=lines)}. Change the model or its settings (F3) "
+               f"to try again{logged}")
+        self._gave_up = RunnerGaveUp(msg, rc, tail)
+        self.last_crash = msg
+        return tail, logged, self._gave_up
+
+    def _tell(self, msg: str, gave_up: bool = False) -> None:
         cb = self.on_idle_death
-        if msg and cb is not None:
+        if cb is not None:
             with contextlib.suppress(Exception):
-                cb(msg)
+                cb(msg, gave_up)
 
     def _ensure(self) -> None:
         if self.closed:

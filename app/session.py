@@ -398,8 +398,7 @@ class ChatSession:
             self.post(EngineFailed(describe(e), model.model))
             return
         if hasattr(engine, "on_idle_death"):   # a runner: a death between replies is said, not silent
-            engine.on_idle_death = lambda msg, e=engine: self.post(
-                RunnerStopped(msg, getattr(e, "_gave_up", None) is not None))
+            engine.on_idle_death = lambda msg, gave_up: self.post(RunnerStopped(msg, gave_up))
         store, warnings, spec_error = None, list(getattr(engine, "load_warnings", None) or []), None
         try:
             with self.engine_lock:

@@ -328,7 +328,7 @@ def test_a_runner_that_cannot_be_started_again_is_said_once_not_retried_in_a_loo
     shutil.copy(default_model_path, model)
     told: list[str] = []
     eng = RunnerEngine(ModelOptions(model=str(model), ctx_size=256, threads=2), SpecParams())
-    eng.on_idle_death = told.append
+    eng.on_idle_death = lambda msg, gave_up: told.append(msg)
     model.unlink()
     os.kill(eng.pid, signal.SIGKILL)
     deadline = time.monotonic() + 60

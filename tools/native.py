@@ -155,17 +155,13 @@ def _build_info(key: str) -> str | None:
     return ""
 
 
-def _built_with() -> str | None:
-    return _build_info("cmake_args")
-
-
 def stale() -> str | None:
     """Why the built binaries cannot be reused (None: they can): none built, built with other
     ``CMAKE_ARGS``, or on another CPU (or one not recorded)."""
     if not built():
         return "not built"
     want = " ".join(_extra_cmake_args())
-    have, have_cpu, cpu = _built_with(), _build_info("cpu"), cpu_isa()
+    have, have_cpu, cpu = _build_info("cmake_args"), _build_info("cpu"), cpu_isa()
     if have is not None and have != want:
         return f"built with CMAKE_ARGS={have!r}, now {want!r}"
     if have_cpu != cpu:
