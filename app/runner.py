@@ -516,7 +516,11 @@ class RunnerEngine:
                 raise self._died() from None
             kind = reply[0]
             if kind == "events":
-                yield from reply[1]
+                try:
+                    yield from reply[1]
+                except GeneratorExit:
+                    self._abandon(conn)
+                    raise
             elif kind == "progress":
                 if progress is not None:
                     progress(*reply[1:])
@@ -532,6 +536,32 @@ class RunnerEngine:
                 self._idle_seq = self._log_seq
                 raise reply[1]
 
+
+    def _abandon(self, conn: Connection) -> None:
+        """The caller stopped reading a reply before its end (it closed the generator): stop the
+        reply and read what is left of it, so that the next request gets its own answer, not the
+        rest of this one. A runner that does not end it within :attr:`GRACE_S` (stuck in native
+        code) is killed and started again, as a stop would have it."""
+        with contextlib.suppress(OSError), self._send_lock:
+            conn.send(("cancel",))
+        deadline = time.monotonic() + self.GRACE_S
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                if not conn.poll(left):
+                    break
+                reply = conn.recv()
+                if reply[0] in ("ok", "error"):
+                    if reply[2] is not None:
+                        self._snap = reply[2]
+                    self._idle_seq = self._log_seq
+                    return
+        except (OSError, EOFError):
+            pass
+        if self._proc is not None and self._proc.poll() is not None:
+            self._died()          # it died meanwhile: counted and started again, as in a reply
+            return
+        self._kill()
+        self._restart_soon()
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -576,8 +606,10 @@ class RunnerEngine:
             tokens: list = []
             last_stats = None
             self._generating = True
+            # closed here, under the lock, when the caller stops reading early (see _abandon)
+            events = self._exchange(("call", "generate", (list(prompt),), kw), cancel=cancel)
             try:
-                for ev in self._exchange(("call", "generate", (list(prompt),), kw), cancel=cancel):
+                for ev in events:
                     if isinstance(ev, StepEvent):
                         tokens.extend(ev.tokens)
                     elif isinstance(ev, StatsEvent):
@@ -596,6 +628,7 @@ class RunnerEngine:
                 self._restart_soon()
                 return
             finally:
+                events.close()
                 self._generating = False
             self._crashes.clear()
 

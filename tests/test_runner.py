@@ -294,6 +294,30 @@ def test_stop_reaches_the_runner_without_the_reply_threads_poll(tmp_path, defaul
         eng.close()
 
 
+def test_a_reply_left_unread_does_not_answer_the_next_request(tmp_path, default_model_path):
+    """A caller that stops reading a reply early (closes the generator, as a ``break`` does) does
+    not leave the rest of it in the pipe for the next request: that request gets its own answer,
+    and the same reply as a runner that was never interrupted. On the old code the next
+    ``prompt_tokens`` got the rest of the reply (None) and ``generate`` failed."""
+    from speculators.events import StepEvent
+    from speculators.sampling import SamplingParams
+    eng = RunnerEngine(ModelOptions(model=str(default_model_path), ctx_size=1024, threads=2), SpecParams())
+    try:
+        prompt = eng.prompt_tokens(text=LONG)
+        eng.run(prompt, max_tokens=40, sampling=SamplingParams(temperature=0.0))
+        # the prompt again, as the reply below will have it: from the prefix kept in the context
+        want = eng.run(prompt, max_tokens=40, sampling=SamplingParams(temperature=0.0))
+        for ev in eng.generate(prompt, max_tokens=400, sampling=SamplingParams(temperature=0.0)):
+            if isinstance(ev, StepEvent) and ev.tokens:
+                break                      # the generator is closed here, mid-reply
+        assert eng.prompt_tokens(text=LONG) == prompt
+        again = eng.run(prompt, max_tokens=40, sampling=SamplingParams(temperature=0.0))
+        assert again.tokens == want.tokens and again.finish_reason == want.finish_reason
+        assert eng.alive and eng.starts == 1        # stopped and read to its end, not killed
+    finally:
+        eng.close()
+
+
 def test_telling_lines_leave_out_pythons_stack_dump():
     lines = ["llama_model_load: loaded", "Fatal Python error: Segmentation fault", "",
              "Current thread 0x00007f (most recent call first):", '  File "x.py", line 3 in f',
