@@ -753,8 +753,9 @@ def contended(engine: Any) -> bool:
 
 class EventBatches:
     """Sends a reply's events in batches, at most every ``every_s`` seconds, from a thread of
-    its own: the first event at once, then what came since the last batch. :meth:`close`
-    sends what is left and returns when it is sent.
+    its own: the first event at once, then what came since the last batch; an event put with
+    ``now=True`` goes at once with what is waiting (the reply's first token: the time to it is
+    what a person waits for). :meth:`close` sends what is left and returns when it is sent.
 
     >>> sent = []
     >>> b = EventBatches(sent.append, every_s=60)
@@ -765,6 +766,12 @@ class EventBatches:
     ...                                [("events", ["a", "b"]), ("events", ["c"])],
     ...                                [("events", ["a", "b", "c"])])
     True
+    >>> sent = []
+    >>> b = EventBatches(sent.append, every_s=60)
+    >>> b.put("a"); time.sleep(0.2); b.put("b"); b.put("c", now=True); time.sleep(0.2)
+    >>> sent       # "b" and "c" did not wait the 60 s
+    [('events', ['a']), ('events', ['b', 'c'])]
+    >>> b.close()
     """
 
     #: between two batches, where the model's threads take every core (the chat paints a
@@ -777,16 +784,18 @@ class EventBatches:
         self._cond = threading.Condition()
         self._pending: list = []
         self._waiting = False
+        self._now = False
         self._closed = False
         self._failed = False
         self._last = float("-inf")
         self._thread = threading.Thread(target=self._run, name="runner-events", daemon=True)
         self._thread.start()
 
-    def put(self, ev: Any) -> None:
+    def put(self, ev: Any, now: bool = False) -> None:
         with self._cond:
             self._pending.append(ev)
-            if self._waiting:
+            self._now |= now
+            if self._waiting or now:
                 self._cond.notify()
 
     def close(self) -> None:
@@ -806,9 +815,9 @@ class EventBatches:
                     return
                 # what arrives in the next every_s joins this batch (a put does not wake this wait)
                 wait = self._last + self.every_s - time.monotonic()
-                if wait > 0:
-                    self._cond.wait_for(lambda: self._closed, timeout=wait)
-                batch, self._pending = self._pending, []
+                if wait > 0 and not self._now:
+                    self._cond.wait_for(lambda: self._closed or self._now, timeout=wait)
+                batch, self._pending, self._now = self._pending, [], False
             self._last = time.monotonic()
             if not self._failed:
                 try:
@@ -900,10 +909,13 @@ class _Runner:
         self.cancel.clear()
         steps = 0
         batches = EventBatches(self.send, EventBatches.EVERY_CONTENDED_S) if contended(self.engine) else None
+        shown = False     # whether a token has been put (the first goes at once)
         try:
             for ev in self.engine.generate(prompt, cancel=self.cancel.is_set, **kw):
                 if batches is not None:
-                    batches.put(ev)
+                    first = not shown and isinstance(ev, StepEvent) and bool(ev.tokens)
+                    shown |= first
+                    batches.put(ev, now=first)
                 else:
                     self.send(("events", [ev]))
                 if isinstance(ev, StepEvent):
