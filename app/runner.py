@@ -768,7 +768,11 @@ class EventBatches:
     True
     >>> sent = []
     >>> b = EventBatches(sent.append, every_s=60)
-    >>> b.put("a"); time.sleep(0.2); b.put("b"); b.put("c", now=True); time.sleep(0.2)
+    >>> b.put("a")
+    >>> while not sent: time.sleep(0.01)
+    >>> b.put("b"); b.put("c", now=True)
+    >>> t0 = time.monotonic()
+    >>> while len(sent) < 2 and time.monotonic() - t0 < 30: time.sleep(0.01)
     >>> sent       # "b" and "c" did not wait the 60 s
     [('events', ['a']), ('events', ['b', 'c'])]
     >>> b.close()
