@@ -266,6 +266,52 @@ def test_event_batches_send_the_first_event_at_once_then_what_came_meanwhile():
     assert len(sent) <= 3
 
 
+def test_a_replys_first_token_crosses_at_once_though_an_empty_step_came_first(monkeypatch):
+    """Where events are batched, the reply's first token is not held for the batch interval
+    behind an empty step (a first token the engine held back as the possible start of a stop
+    string): the time to the first token is what a person waits for. With the interval at 30 s,
+    on the old code the token came 30 s late."""
+    import threading
+    from multiprocessing import Pipe
+    from types import SimpleNamespace
+
+    from app import runner as runner_mod
+    from speculators.events import StepEvent, TokenEvent
+
+    release = threading.Event()
+
+    class Engine:
+        ctx = SimpleNamespace(n_threads=runner_mod.usable_cores())     # takes every core: batched
+
+        def generate(self, prompt, cancel, **kw):
+            yield StepEvent([])
+            time.sleep(0.3)         # the next token's decode: the empty step has gone by now
+            yield StepEvent([TokenEvent(0, 5, " A", None, None)])
+            release.wait(20)
+            yield StepEvent([TokenEvent(1, 6, " walk", None, None)])
+
+    monkeypatch.setattr(EventBatches, "EVERY_CONTENDED_S", 30.0)
+    ours, theirs = Pipe()
+    r = runner_mod._Runner(theirs)
+    r.engine = Engine()
+    assert runner_mod.contended(r.engine)
+    t = threading.Thread(target=r.do_generate, args=([1, 2, 3],), daemon=True)
+    t.start()
+    try:
+        got: list = []
+        deadline = time.monotonic() + 10
+        while not any(ev.tokens for ev in got) and ours.poll(max(0.0, deadline - time.monotonic())):
+            got.extend(ours.recv()[1])
+        assert [t.text for ev in got for t in ev.tokens] == [" A"]
+    finally:
+        release.set()
+        t.join(60)
+    rest = []
+    while ours.poll(0.5):
+        rest.extend(ours.recv()[1])
+    assert [t.text for ev in rest for t in ev.tokens] == [" walk"]
+
+
 def test_stop_reaches_the_runner_without_the_reply_threads_poll(tmp_path, default_model_path):
     """``stop`` (the chat's Esc) is sent to the runner at once, from the UI's thread: the reply
     ends though its ``cancel`` callable never says so."""
