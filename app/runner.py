@@ -525,17 +525,19 @@ class RunnerEngine:
                 if progress is not None:
                     progress(*reply[1:])
             elif kind == "ok":
-                if reply[2] is not None:
-                    self._snap = reply[2]
+                self._ended(reply)
                 self._result = (reply[1], reply[2])
-                self._idle_seq = self._log_seq
                 return
             elif kind == "error":
-                if reply[2] is not None:
-                    self._snap = reply[2]
-                self._idle_seq = self._log_seq
+                self._ended(reply)
                 raise reply[1]
 
+    def _ended(self, reply: tuple) -> None:
+        """A request's end (``("ok" | "error", value, snapshot)``): keep its snapshot of the
+        engine, and mark where the runner's log stood when it went idle."""
+        if reply[2] is not None:
+            self._snap = reply[2]
+        self._idle_seq = self._log_seq
 
     def _abandon(self, conn: Connection) -> None:
         """The caller stopped reading a reply before its end (it closed the generator): stop the
@@ -551,9 +553,7 @@ class RunnerEngine:
                     break
                 reply = conn.recv()
                 if reply[0] in ("ok", "error"):
-                    if reply[2] is not None:
-                        self._snap = reply[2]
-                    self._idle_seq = self._log_seq
+                    self._ended(reply)
                     return
         except (OSError, EOFError):
             pass
