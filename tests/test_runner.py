@@ -302,14 +302,14 @@ def test_a_replys_first_token_crosses_at_once_though_an_empty_step_came_first(mo
         deadline = time.monotonic() + 10
         while not any(ev.tokens for ev in got) and ours.poll(max(0.0, deadline - time.monotonic())):
             got.extend(ours.recv()[1])
-        assert [t.text for ev in got for t in ev.tokens] == [" A"]
+        assert [tok.text for ev in got for tok in ev.tokens] == [" A"]
     finally:
         release.set()
         t.join(60)
     rest = []
     while ours.poll(0.5):
         rest.extend(ours.recv()[1])
-    assert [t.text for ev in rest for t in ev.tokens] == [" walk"]
+    assert [tok.text for ev in rest for tok in ev.tokens] == [" walk"]
 
 
 def test_stop_reaches_the_runner_without_the_reply_threads_poll(tmp_path, default_model_path):
