@@ -24,6 +24,7 @@ every position (where not, the JSON lists each flip with its logit margin).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -220,6 +221,29 @@ def measure_ceiling(engine, prompt: list[int], draft_len: int, reps: int = 8) ->
     return n / best if best > 0 else 0.0
 
 
+@contextlib.contextmanager
+def _placed_like(model):
+    """While llama-cpp-python's ``Llama`` loads a model, its model parameters use the CPU's extra
+    buffer types as ``model`` (the engine's) does. ``Llama`` has no argument for them and leaves
+    llama.cpp's default (all of them), which on a CPU whose AMX kernels crash kills the process at
+    its first matrix multiply, and elsewhere would time other kernels than the engine's."""
+    import llama_cpp.llama_cpp as raw
+    from speculators.llama import place_on_cpu
+    default_params, keep = raw.llama_model_default_params, []
+
+    def params():
+        p = default_params()
+        keep.append(place_on_cpu(p, model.path, model.extra_bufts_mode, model.n_gpu_layers, model.devices))
+        return p
+
+    raw.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        raw.llama_model_default_params = default_params
+        keep.clear()
+
+
 def _llama_cpp_python_once(llm, prompt: list[int], max_tokens: int,
                            stop: Sequence[str] = ()) -> tuple[float, list[int], int]:
     """llama-cpp-python's own greedy generation, ending where the engine's does (an end-of-
@@ -357,8 +381,10 @@ def run(args: argparse.Namespace) -> int:
             from llama_cpp import Llama
             # the engine's own threads and batch (llama-cpp-python's default is half the cores)
             threads = engine.ctx.n_threads
-            llm = Llama(model_path=model_path, n_ctx=ecfg.n_ctx, n_threads=threads, n_threads_batch=threads,
-                        n_gpu_layers=ecfg.n_gpu_layers, n_batch=ecfg.n_batch, verbose=False)
+            # and the engine's weight placement on the CPU (its extra buffer types as probed)
+            with _placed_like(engine.model):
+                llm = Llama(model_path=model_path, n_ctx=ecfg.n_ctx, n_threads=threads, n_threads_batch=threads,
+                            n_gpu_layers=ecfg.n_gpu_layers, n_batch=ecfg.n_batch, verbose=False)
             configs.append(("llama-cpp-python", None))
         configs.append(("none", SpecParams()))
         configs.extend(row_specs)

@@ -178,6 +178,29 @@ class VocabInfo:
     vocab_type: int
 
 
+def place_on_cpu(params, path: str, mode: str | None = None, n_gpu_layers: int = 0,
+                 devices: str | None = None) -> tuple[object, int]:
+    """Set a ``llama_model_params``' use of the CPU's extra buffer types for ``mode`` ("on",
+    "repack", "off"; None: the process-wide choice, :func:`set_extra_bufts`), for the model at
+    ``path``: returns (what must stay alive until the model is loaded, how many weights were
+    sent to the repacked-weight type by name). :class:`Model` loads through it, and so does
+    anything else that loads a model in this process (``bench``'s llama-cpp-python row): on a
+    CPU whose AMX kernels crash, a load that leaves it out dies at its first matrix multiply."""
+    mode = _extra_bufts if mode is None else _mode(mode)
+    if hasattr(params, "use_extra_bufts"):
+        params.use_extra_bufts = mode == "on"
+    if mode != "repack":
+        return None, 0
+    from .devices import offload_devices, resolve_devices
+    from .repack import overrides
+    named = resolve_devices(devices)
+    offload = bool(named) if named is not None else bool(offload_devices())
+    arr, n = overrides(path, int(n_gpu_layers), offload)
+    if arr is not None:
+        params.tensor_buft_overrides = ctypes.cast(arr, ctypes.c_void_p)
+    return arr, n
+
+
 class Model:
     """A loaded GGUF model (weights only; contexts are made from it)."""
 
@@ -200,19 +223,10 @@ class Model:
         self.extra_bufts_mode = _extra_bufts if use_extra_bufts is None else _mode(use_extra_bufts)
         #: whether all of them were allowed (llama.cpp's ``use_extra_bufts``)
         self.use_extra_bufts = self.extra_bufts_mode == "on"
+        arr, n_over = place_on_cpu(params, self.path, self.extra_bufts_mode, n_gpu_layers, devices)
+        keep += (arr,)
         #: how many weights were sent to the repacked-weight buffer type by name ("repack" mode)
-        self.n_repack_overrides = 0
-        if hasattr(params, "use_extra_bufts"):
-            params.use_extra_bufts = self.use_extra_bufts
-        if self.extra_bufts_mode == "repack":
-            from .devices import offload_devices, resolve_devices
-            from .repack import overrides
-            named = resolve_devices(devices)
-            offload = bool(named) if named is not None else bool(offload_devices())
-            arr, self.n_repack_overrides = overrides(self.path, int(n_gpu_layers), offload)
-            if arr is not None:
-                params.tensor_buft_overrides = ctypes.cast(arr, ctypes.c_void_p)
-                keep += (arr,)
+        self.n_repack_overrides = n_over
         #: whether the NextN/MTP layers were loaded (llama.cpp skips them by default)
         self.load_mtp = bool(load_mtp)
         if load_mtp:

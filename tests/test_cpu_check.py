@@ -28,9 +28,18 @@ def test_forced_modes_need_no_probe(monkeypatch):
         cpu_check.decide("maybe")
 
 
+_LOAD_ON = """
+import sys
+from app.options import ModelOptions
+from app.runtime import open_engine
+eng = open_engine(ModelOptions(model=sys.argv[1], ctx_size=256, threads=2, extra_bufts="on"))
+print("use_extra_bufts", eng.model.use_extra_bufts, flush=True)
+"""
+
+
 @pytest.mark.slow
 def test_a_probe_that_crashes_chooses_the_fallback_keeps_it_and_the_engine_uses_it(
-        monkeypatch, default_model_path):
+        monkeypatch, default_model_path, cpu_extra_bufts):
     from speculators import llama as native
     prev = native.extra_bufts()
     monkeypatch.setenv(cpu_check.SIMULATE_ENV, "segv")
@@ -52,12 +61,19 @@ def test_a_probe_that_crashes_chooses_the_fallback_keeps_it_and_the_engine_uses_
         res = eng.run(eng.prompt_tokens(text="Hello"), max_tokens=4)
         assert res.tokens
         eng.close()
-        # the flag wins over what was probed
-        eng = open_engine(ModelOptions(model=str(default_model_path), ctx_size=256, threads=2, extra_bufts="on"))
-        assert eng.model.use_extra_bufts is True
-        eng.close()
     finally:
         native.set_extra_bufts(prev)
+    # the flag wins over what was probed (the answer kept in this test's cache folder): the model is
+    # loaded with all of the CPU's extra buffer types. In a child: where they really crash on this
+    # CPU (the suite's own probe, unsimulated, died), the load dies as that probe did.
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _LOAD_ON, str(default_model_path)], capture_output=True,
+                       text=True, timeout=300)
+    if cpu_extra_bufts.ok:
+        assert r.returncode == 0 and "use_extra_bufts True" in r.stdout, r.stderr[-2000:]
+    else:
+        assert r.returncode == cpu_extra_bufts.returncode, (r.returncode, r.stderr[-2000:])
 
 
 @pytest.mark.slow
@@ -223,3 +239,38 @@ def test_the_flag_and_the_config_key(tmp_path):
     assert c.model.extra_bufts == "off" and c.to_toml_dict()["model"]["extra_bufts"] == "off"
     with pytest.raises(config_mod.ConfigError, match="extra_bufts"):
         config_mod.Config.from_toml_dict({"model": {"extra_bufts": "sometimes"}})
+
+
+def test_benchs_llama_cpp_python_row_loads_its_model_as_the_engine_does(default_model_path):
+    """llama-cpp-python's ``Llama`` has no argument for the CPU's extra buffer types and would load
+    with all of them: on a CPU whose AMX kernels crash (a Xeon VM that reports AMX), ``bench`` died
+    by SIGILL in its reference row while the engine itself ran. While it loads, its model
+    parameters take the engine's placement; afterwards llama.cpp's default is back."""
+    from types import SimpleNamespace
+
+    import llama_cpp.llama_cpp as raw
+
+    from app.cmd_bench import _placed_like
+    from speculators import repack
+    has_repack = repack.REPACK_NAME in repack.cpu_extra_bufts()
+    for mode in ("off", "repack", "on"):
+        model = SimpleNamespace(path=str(default_model_path), extra_bufts_mode=mode, n_gpu_layers=0, devices=None)
+        with _placed_like(model):
+            p = raw.llama_model_default_params()
+        assert p.use_extra_bufts is (mode == "on"), mode
+        assert bool(p.tensor_buft_overrides) is (mode == "repack" and has_repack), mode
+    assert raw.llama_model_default_params().use_extra_bufts is True
+
+
+@pytest.mark.slow
+def test_bench_with_its_llama_cpp_python_row_runs_where_the_extra_kernels_crash(default_model_path, tmp_path):
+    """``draftlight bench`` with its reference row, in the suite's placement (on a CPU whose extra
+    kernels crash: without them), runs to its end and reports the row."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "app", "bench", "-m", str(default_model_path), "-p", "Why do cats purr?",
+                        "-n", "8", "-t", "2", "--spec-type", "ngram-mod", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {row["name"]: row for row in json.loads(r.stdout)["rows"]}
+    assert rows["llama-cpp-python"]["tokens"] > 0 and rows["none"]["tokens"] > 0
