@@ -438,6 +438,9 @@ def run(args: argparse.Namespace) -> int:
                 res = best[name]
                 row.outputs[pi] = res.tokens
                 per_prompt[name].append(add_result(row, res))
+                # every round's speed, so that any two rows can be paired round by round (auto
+                # against a fixed type, not only against none)
+                per_prompt[name][-1]["rounds_tokens_per_s"] = [round(x, 2) for x in per_round[name]]
                 if same_text:
                     per_prompt[name][-1]["flips"] = flips_of(flip_log.get(name, []))
         none_row = rows["none"]
