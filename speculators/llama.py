@@ -184,8 +184,9 @@ def place_on_cpu(params, path: str, mode: str | None = None, n_gpu_layers: int =
     "repack", "off"; None: the process-wide choice, :func:`set_extra_bufts`), for the model at
     ``path``: returns (what must stay alive until the model is loaded, how many weights were
     sent to the repacked-weight type by name). :class:`Model` loads through it, and so does
-    anything else that loads a model in this process (``bench``'s llama-cpp-python row): on a
-    CPU whose AMX kernels crash, a load that leaves it out dies at its first matrix multiply."""
+    anything else that loads a model in this process (``bench``'s llama-cpp-python row): a load
+    that does not go through it gets llama.cpp's default, every extra type, and on a CPU whose AMX
+    kernels crash it dies at its first matrix multiply."""
     mode = _extra_bufts if mode is None else _mode(mode)
     if hasattr(params, "use_extra_bufts"):
         params.use_extra_bufts = mode == "on"
