@@ -263,7 +263,7 @@ def test_benchs_llama_cpp_python_row_loads_its_model_as_the_engine_does(default_
 
 
 @pytest.mark.slow
-def test_bench_with_its_llama_cpp_python_row_runs_where_the_extra_kernels_crash(default_model_path, tmp_path):
+def test_bench_with_its_llama_cpp_python_row_runs_where_the_extra_kernels_crash(default_model_path):
     """``draftlight bench`` with its reference row, in the suite's placement (on a CPU whose extra
     kernels crash: without them), runs to its end and reports the row."""
     import subprocess
