@@ -233,23 +233,35 @@ REASONS: dict[str, str] = {
 class ControllerParams:
     #: a draft is verified when its expected tokens per unit of time beat plain decoding by this much
     margin: float = 0.03
-    #: weight kept by older observations each time a speculator's new draft is scored
+    #: weight kept by older observations each time a speculator's new draft is scored: a lookup
+    #: drafter's (it follows the conversation: a copied passage, then none) and a model
+    #: drafter's (how well it predicts the target changes slowly; at 0.9 a 79 %-right MTP head
+    #: was judged from its last ~10 drafts, at 0.45-0.9, and paused on the low ones)
     decay: float = 0.9
-    #: prior acceptance of a first draft token, and its weight in observations
+    decay_model: float = 0.97
+    #: prior acceptance of a first draft token, and its weight in observations: a lookup
+    #: drafter's (most of its proposals in ordinary text are chance matches) and a model
+    #: drafter's (a draft model, an MTP head or EAGLE3 is trained to predict the target: the
+    #: realistic hybrid's MTP head, greedy on bench/chat-questions.txt, has its first draft
+    #: token accepted 79 % of the time, each next one ~77 % given the ones before; from the
+    #: lookup prior, four short probes left it judged at 0.06-0.48, and paused)
     prior_accept: float = 0.15
+    prior_accept_model: float = 0.5
     prior_weight: float = 1.0
     #: the longest draft ever verified
     max_len: int = 64
     #: share of the step time that asking cold (not worth verifying) cheap drafters may take
     probe_budget: float = 0.006
-    #: model drafters: real probes of ``probe_len`` tokens, every ``probe_every`` steps (after
-    #: the first few, below), doubling after each failed probe up to ``probe_every_max``
-    probe_len: int = 2
+    #: model drafters: real probes of up to ``probe_len`` tokens (the drafter's own draft
+    #: length where that is shorter: a probe shows how its drafts fare at the length it
+    #: drafts, deeper positions included), every ``probe_every`` steps (after the first few,
+    #: below), doubling after each failed probe up to ``probe_every_max``
+    probe_len: int = 3
     probe_every: int = 16
     probe_every_max: int = 256
-    #: a model drafter's first ``probe_early_n`` probes come at least ``probe_every_early``
-    #: steps apart (their share of the time still bounds them): a fresh chain learns soon
-    #: whether a drafter pays, rather than a quarter of a reply later
+    #: a model drafter's first ``probe_early_n`` probes come ``probe_every_early`` steps apart
+    #: (not held to their share of the time, below): a fresh chain learns soon whether a
+    #: drafter pays, rather than a quarter of a reply later
     probe_every_early: int = 4
     probe_early_n: int = 3
     #: probes of a drafter take at most ``probe_share`` of the steps' time (a probe's cost: its
@@ -272,6 +284,17 @@ class ControllerParams:
     #: could not pay even so is neither mirrored nor asked (nor probed: a probe would first
     #: decode the whole context on its model, as costly as a reply)
     prior_optimism: float = 0.75
+    #: a model drafter's acceptance by position, as the last chain of the same engine saw it,
+    #: starts a new chain's (a rebuilt chain, bench's fresh chain for each reply) as this many
+    #: drafts' worth of observations
+    remembered_weight: float = 8.0
+    #: a model drafter that pays at its overall rate drafts on through this many
+    #: rejected first tokens in a row (see ``Controller._decide``)
+    miss_tolerance: int = 2
+    #: a model drafter's upkeep (mirroring the target's batches) goes on this many steps after
+    #: the last one it was asked at (worth it, or probed): pausing it costs a catch-up when it
+    #: is asked again
+    upkeep_linger: int = 4
     #: refine the cost curve from the steps the engine times
     online_cost: bool = True
     #: weight of a new timing in the online cost estimate
@@ -345,6 +368,7 @@ class AcceptanceModel:
         self.hits1 = [0.0, 0.0]
         self.last_first: int | None = None
         self._rates: list[float] | None = None
+        self._first_overall = prior
         #: bumped on every change (callers cache what they derive from the rates)
         self.version = 0
 
@@ -356,6 +380,22 @@ class AcceptanceModel:
             self.hits = [x * d for x in self.hits]
             self.tries1 = [x * d for x in self.tries1]
             self.hits1 = [x * d for x in self.hits1]
+        self._rates = None
+        self.version += 1
+
+    def seed(self, rates: Sequence[float], weight: float) -> None:
+        """Start from ``rates`` (q_1, q_2, ... as an earlier model of the same drafter had them),
+        as if seen ``weight`` times at each position: what this drafter does on this target is
+        known before its first draft, and what it does now soon outweighs it.
+
+        >>> m = AcceptanceModel(decay=1.0, prior=0.5)
+        >>> m.seed([0.8, 0.7], 2.0)
+        >>> [round(q, 3) for q in m.rates(3)]      # (1.6 + .5) / 3, (1.4 + .7) / 3, then as the last
+        [0.7, 0.7, 0.7]
+        """
+        for i, q in enumerate(rates[:TRACK]):
+            self.tries[i] += weight
+            self.hits[i] += weight * float(q)
         self._rates = None
         self.version += 1
 
@@ -388,6 +428,7 @@ class AcceptanceModel:
                     prev = max(prev, (i + RUN_PRIOR_A * p0) / (i + RUN_PRIOR_A))
                 prev = (h + w * prev) / (t + w)
                 out.append(prev)
+            self._first_overall = out[0]
             if self.last_first is not None:
                 s, ws = self.last_first, self.streak_weight
                 out[0] = (self.hits1[s] + ws * out[0]) / (self.tries1[s] + ws)
@@ -412,6 +453,21 @@ class AcceptanceModel:
         """E_1..E_k: tokens a verify step yields with a draft of 1..k tokens (starting
         ``depth`` positions in)."""
         return expected_from_rates(self.rates(k, depth))
+
+    def expected_overall(self, k: int) -> list[float]:
+        """E_1..E_k with the first position at its overall rate, whatever the last first
+        position's outcome was: what drafts bring over a stretch, misses included.
+
+        >>> m = AcceptanceModel(decay=1.0, prior=0.5)
+        >>> for hit in (True, True, True, False, False):
+        ...     m.new_draft(); m.observe(0, hit)
+        >>> round(m.rates(1)[0], 3)             # after a miss: (0 + .5 q) / (1 + .5), q = 3.5 / 6
+        0.194
+        >>> round(m.expected_overall(1)[0], 3)  # 1 + q
+        1.583
+        """
+        r = self.rates(k)
+        return expected_from_rates([self._first_overall] + r[1:])
 
     @property
     def n_observed(self) -> float:
@@ -463,8 +519,9 @@ class _SpecState:
     def __init__(self, spec: Speculator, params: ControllerParams):
         self.spec = spec
         self.expensive = spec.type in MODEL_TYPES
-        self.model = AcceptanceModel(params.decay, params.prior_accept, params.prior_weight,
-                                     run_prior=not self.expensive)
+        self.model = AcceptanceModel(params.decay_model if self.expensive else params.decay,
+                                     params.prior_accept_model if self.expensive else params.prior_accept,
+                                     params.prior_weight, run_prior=not self.expensive)
         self.record: _Record | None = None
         self.next_probe = 0
         self.probe_every = params.probe_every
@@ -481,6 +538,10 @@ class _SpecState:
         self.u_s: float | None = None
         self.pausable = callable(getattr(spec, "set_upkeep", None)) and bool(getattr(spec, "can_pause", True))
         self.upkeep_on = True
+        #: the last step it was asked (worth it, or probed): its upkeep lingers a few steps after
+        self.last_active = -NEVER
+        #: its verified drafts (probes included) whose first token was rejected, in a row
+        self.missed_in_row = 0
         self._tp_snap: float | None = None
         #: the drafter cannot pay even at full acceptance (its costs alone exceed what it saves)
         self.hopeless = False
@@ -836,6 +897,8 @@ class Controller:
             if mem:
                 # measured by an earlier chain of this engine: start from it
                 st.t_call, st.u_s, st.hopeless = mem.get("t_call"), mem.get("u_s"), bool(mem.get("hopeless"))
+                if mem.get("rates"):
+                    st.model.seed(mem["rates"], self.params.remembered_weight)
                 if st.hopeless:
                     self._give_up(st)
             else:
@@ -881,7 +944,16 @@ class Controller:
         self._remember(st)
 
     def _remember(self, st: _SpecState) -> None:
-        self.cost.drafters[self._cost_key(st)] = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless}
+        mem = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless}
+        if st.model.n_observed > 0.0:
+            # how often its drafts were right, by position (the first at its overall rate)
+            r = st.model.rates(min(self._spec_len(st), TRACK))
+            mem["rates"] = [st.model._first_overall] + r[1:]
+        else:
+            old = self.cost.drafters.get(self._cost_key(st))
+            if old and "rates" in old:
+                mem["rates"] = old["rates"]
+        self.cost.drafters[self._cost_key(st)] = mem
 
     def _set_upkeep(self, st: _SpecState, on: bool) -> None:
         """Resume or pause a drafter's per-batch work (where it can pause; lossless either way:
@@ -949,6 +1021,16 @@ class Controller:
                 best_k, best_g = k, g
         return best_k, best_g
 
+    def _best_cut_overall(self, st: _SpecState, n: int) -> tuple[int, float]:
+        """:meth:`_best_cut` of a model drafter's draft at its overall rate
+        (:meth:`AcceptanceModel.expected_overall`)."""
+        best_k, best_g = 0, 0.0
+        rel = self.cost.rel_table(n)
+        for k, e in enumerate(st.model.expected_overall(n), start=1):
+            if e / rel[k] > best_g:
+                best_k, best_g = k, e / rel[k]
+        return best_k, best_g
+
     def _draft_cost(self, st: _SpecState, k: float) -> float:
         """Cost of asking ``st`` for a draft of ``k`` tokens, in one-token steps."""
         if st.t_call is None:
@@ -977,6 +1059,41 @@ class Controller:
                 n = min(n, st.spec.n_max)
         return max(1, min(n_max, n))
 
+    def _spec_len(self, st: _SpecState) -> int:
+        """The longest draft ``st`` makes (its ``n_max``; the controller's cap where it has none)."""
+        n = st.spec.n_max
+        return min(n, self.params.max_len) if n > 0 else self.params.max_len
+
+    def _explore(self, st: _SpecState, k: int, n_max: int) -> int:
+        """How many tokens to ask a model drafter for that pays at ``k``: one more where the
+        position after ``k`` has hardly been seen (under one observation, after decay). Only
+        the first ``k`` are verified; the extra one is scored against the target's next
+        tokens, so a length cut short on little evidence grows back once its deeper drafts
+        prove right, at the cost of drafting one token more now and then.
+
+            >>> from speculators.base import Speculator
+            >>> from speculators.chain import SpeculatorChain
+            >>> from speculators.costcurve import CostCurve
+            >>> from speculators.types import SpecType
+            >>> class Head(Speculator):
+            ...     type = SpecType.DRAFT_MTP
+            ...     def draft(self, req): return [1, 2, 3][:req.n_max]
+            >>> head = Head(3)
+            >>> ctl = Controller(SpeculatorChain([head]), CostCurve({k: 1 + k for k in range(9)}))
+            >>> st = ctl.states[id(head)]
+            >>> ctl._explore(st, 1, 8)        # position 2 never seen: asked for 2, 1 verified
+            2
+            >>> for _ in range(3):
+            ...     st.model.new_draft(); st.model.observe(0, True); st.model.observe(1, False)
+            >>> ctl._explore(st, 1, 8)        # seen (and missed): asked for 1
+            1
+            >>> ctl._explore(st, 3, 8)        # its own length: nothing more to ask
+            3
+        """
+        if k >= min(self._spec_len(st), n_max) or k >= TRACK or st.model.tries[k] >= 1.0:
+            return k
+        return k + 1
+
     def _potential(self, st: _SpecState, n_max: int, depth: int = 0) -> tuple[int, float]:
         """(best length, expected gain) of asking ``st`` now, its drafting cost included."""
         n = self._n_ask(st, n_max)
@@ -1001,6 +1118,27 @@ class Controller:
         if st.expensive:
             return self._gain_curve(st, st.model.expected_tokens(n))
         return self._best_cut(st, n, self._draft_cost(st, 1), depth)
+
+    def _soon_interval(self, st: _SpecState) -> int:
+        """Steps to the next probe of a drafter that pays (or nearly) over a stretch, after
+        ``missed_in_row`` rejected first tokens: ``probe_every_early``, doubling with each miss
+        past the ones it drafts through (``miss_tolerance``)."""
+        p = self.params
+        return min(p.probe_every_max, p.probe_every_early << min(max(0, st.missed_in_row - 1 - p.miss_tolerance), 16))
+
+    def _gain_overall(self, st: _SpecState) -> float:
+        """A model drafter's expected gain at its overall rate (its first position's
+        acceptance whatever the last one's outcome was): what drafting every step would bring
+        over a stretch, its misses included."""
+        return self._gain_curve(st, st.model.expected_overall(self._n_ask(st, self.params.max_len)))[1]
+
+    def _worth_probing_soon(self, st: _SpecState) -> bool:
+        """Whether a model drafter pays over a stretch, or nearly (its gain at its overall rate
+        within ``probe_near`` of the threshold). Such a drafter, paused by a run of misses, is
+        probed again within a few steps, and its upkeep lingers meanwhile: a probe of it costs
+        about what it brings."""
+        p = self.params
+        return self._gain_overall(st) >= p.probe_near * (1.0 + p.margin)
 
     def _is_hopeless(self, st: _SpecState) -> bool:
         """Whether ``st`` could not pay even if every draft token were accepted."""
@@ -1103,17 +1241,34 @@ class Controller:
             k_pot, g_pot = self._potential(st, n_max, depth)
             st.potential = g_pot
             active = g_pot >= thr and (st.model.n_observed > 0.0 or depth >= MATCH_ASK)
+            lenient = False
+            if (not active and st.expensive and 0 < st.missed_in_row <= p.miss_tolerance
+                    and st.last_active == self.step - 1 and self._gain_overall(st) >= thr):
+                # drafting on through a miss or two: a model drafter that pays at its overall
+                # rate, judged after a miss by its (few) drafts that followed a miss,
+                # would otherwise stop at the first and not learn how it really fares there
+                # (the realistic hybrid's MTP head: right first 63 % of the time after a miss,
+                # 82 % after a hit; it paid at 55 %); a longer run of misses pauses it
+                active = lenient = True
+                k_pot = self._gain_curve(st, st.model.expected_overall(self._n_ask(st, n_max)))[0]
             probe = False
             if st.expensive:
                 # a drafter's upkeep runs while it pays (and until it is measured, unless it
-                # is hopeless from its size)
-                self._set_upkeep(st, active or (st.u_s is None and not st.hopeless))
+                # is hopeless from its size), and a few steps more (``upkeep_linger``) where
+                # it pays over a stretch, its misses included: one that stops paying after a
+                # miss and is probed again a few steps later would otherwise pause and catch
+                # up on every short run of misses
+                self._set_upkeep(st, active or (st.u_s is None and not st.hopeless)
+                                 or (self.step - st.last_active <= p.upkeep_linger and not st.hopeless
+                                     and self._worth_probing_soon(st)))
                 if not st.upkeep_on:
                     per["upkeep_paused_steps"] += 1
                 if active:
-                    n_ask = k_pot
+                    st.last_active = self.step
+                    n_ask = self._explore(st, k_pot, n_max)
                 elif self.step >= st.next_probe:
-                    n_ask, probe = min(p.probe_len, n_max), True
+                    st.last_active = self.step
+                    n_ask, probe = min(p.probe_len, self._spec_len(st), n_max), True
                     st.next_probe = self.step + st.probe_every
                 else:
                     s.n_calls_saved += 1
@@ -1169,7 +1324,10 @@ class Controller:
                 # how deep into a repeated passage this draft's own match is
                 depth = max(run_depth, self._matcher.match(int(req.id_last), int(draft[0])) - MATCH_SLACK)
             # drafting is paid now: only the verify cost decides the cut
-            k, g = self._best_cut(st, len(draft), depth=depth, draft=draft, prev=int(req.id_last))
+            if lenient:
+                k, g = self._best_cut_overall(st, len(draft))
+            else:
+                k, g = self._best_cut(st, len(draft), depth=depth, draft=draft, prev=int(req.id_last))
             if st.model.n_observed <= 0.0 and not probe and depth < MATCH_ASK:
                 g = 0.0   # nothing known of this drafter yet: its first proposal is scored unverified
             if probe or g >= thr:
@@ -1271,6 +1429,15 @@ class Controller:
         for st in self.states.values():
             if st.record is not None:
                 self._score(st)
+        if dec.spec is not None and dec.draft:
+            st = self.states.get(id(dec.spec))
+            if st is not None:
+                hit = bool(len(ids) - 1 if n_accepted is None else n_accepted)
+                st.missed_in_row = 0 if hit else st.missed_in_row + 1
+                if not hit and not dec.probe and st.expensive and self._worth_probing_soon(st):
+                    # a drafter that pays (or nearly) over a stretch, paused by a run of misses:
+                    # probed again soon, as after a missed probe (below)
+                    st.next_probe = min(st.next_probe, self.step + self._soon_interval(st))
         if dec.spec is not None and dec.probe:
             st = self.states.get(id(dec.spec))
             if st is not None:
@@ -1282,6 +1449,7 @@ class Controller:
                     st.probe_s = max(0.0, st.probe_s + seconds - len(ids) * self.t1_s)
                 # its first probes: what it is worth is learnt within a few steps
                 early = st.per["probes"] <= p.probe_early_n
+                soon = False
                 base = p.probe_every_early if early else p.probe_every
                 if st.t_cold:
                     # only its first, cold call is timed: what it costs is not known yet
@@ -1289,21 +1457,37 @@ class Controller:
                 elif st.hopeless:
                     # its costs alone outweigh what a verify can save: only re-measure now and then
                     st.probe_every = self._hopeless_interval(st)
+                elif early:
+                    # a fresh chain's first few probes: what the drafter is worth is learnt
+                    # within a few steps, whatever they cost (a head whose first two probes
+                    # happen to miss, as one in fifteen of a 79 %-right MTP head's do, was
+                    # judged on them alone and left for 80 steps: most of a reply)
+                    st.probe_every = base
                 else:
                     # what it is expected to gain now, with this probe's outcome scored
                     _, g = self._potential(st, p.max_len)
-                    if n_acc > 0 and g >= p.probe_near * (1.0 + p.margin):
-                        # near paying: probed more often, at twice the share of the time
-                        share, n = 2 * p.probe_share, base
+                    if n_acc == 0 and self._worth_probing_soon(st):
+                        # a miss after misses, from a drafter whose drafts pay, or nearly, over a
+                        # stretch, misses included (a 79 %-right MTP head misses three first
+                        # tokens in a row now and then, and after a few drafts that is all its
+                        # estimate knows): a probe costs about what it brings, so it is probed
+                        # again within its upkeep's linger, backing off while it keeps missing,
+                        # instead of waiting out its probes' share of the time (80 steps after
+                        # a missed 3-token probe on a CPU)
+                        st.probe_every = self._soon_interval(st)
+                        soon = True
                     else:
-                        # short of paying: a missed probe doubles the wait (after the first
-                        # ones), an accepted one starts it over; either way its probes keep to
-                        # their share of the time
-                        share, n = p.probe_share, (max(p.probe_every, st.probe_every * 2)
-                                                   if n_acc == 0 and not early else base)
-                    st.probe_every = min(p.probe_every_max, self._share_interval(st, share, n))
+                        if n_acc > 0 and g >= p.probe_near * (1.0 + p.margin):
+                            # near paying: probed more often, at twice the share of the time
+                            share, n = 2 * p.probe_share, base
+                        else:
+                            # short of paying: a missed probe doubles the wait, an accepted one
+                            # starts it over; either way its probes keep to their share of the time
+                            share, n = p.probe_share, (max(p.probe_every, st.probe_every * 2)
+                                                       if n_acc == 0 else base)
+                        st.probe_every = min(p.probe_every_max, self._share_interval(st, share, n))
                 # (decide() set the next probe from the interval before this one's outcome)
-                st.next_probe = (self.step + st.probe_every if early
+                st.next_probe = (self.step + st.probe_every if early or soon
                                  else max(st.next_probe, self.step + st.probe_every))
         if seconds is not None:
             self.observe_time(len(dec.draft), max(seconds - upkeep, 1e-6))
