@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from . import __version__
@@ -78,12 +79,17 @@ def _takes_name(mod) -> bool:
 #: commands that decode with llama.cpp: run in a supervised child process (see :func:`supervise`)
 SUPERVISED = ("generate", "bench", "lookup")
 _SUPERVISED_ENV = "DRAFTLIGHT_SUPERVISED"
+#: signals the supervisor passes on to its child (not every platform has SIGHUP)
+_FORWARDED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
 def entry() -> int:
     """The ``draftlight`` command: :func:`main`, with the decoding commands supervised."""
     import os
     argv = sys.argv[1:]
+    if os.environ.get(_SUPERVISED_ENV):
+        from .runner import die_with_parent
+        die_with_parent()
     if argv and argv[0] in SUPERVISED and not os.environ.get(_SUPERVISED_ENV) \
             and not any(a in ("-h", "--help") for a in argv):
         return supervise(argv)
@@ -99,8 +105,8 @@ def supervise(argv: list[str]) -> int:
     OOM killer), which would otherwise end the command without a word.
     """
     import collections
+    import contextlib
     import os
-    import signal
     import subprocess
     import threading
     from .runner import crash_advice, rpc_lost, telling_lines
@@ -121,13 +127,27 @@ def supervise(argv: list[str]) -> int:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C reaches the child, which says so
+    # a TERM or HUP meant for the command (``kill PID``, a closed terminal window) is passed on:
+    # the child would otherwise go on decoding, orphaned, until its work was done
+    forwarded: list[int] = []
+
+    def forward(signum, _frame) -> None:
+        forwarded.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    olds = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
     try:
         rc = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old)
+        for sig, handler in olds.items():
+            signal.signal(sig, handler)
     reader.join(2)
     if rc >= 0:
         return rc
+    if -rc in forwarded:
+        return 128 - rc      # stopped as asked: no crash to report
     lost = rpc_lost(tail)
     last = [lost] if lost else telling_lines(list(tail), 1)
     logged = f"; llama.cpp's last log line: {last[0]}" if last else ""

@@ -996,8 +996,28 @@ def _crash_now(name: str) -> None:
     time.sleep(10)
 
 
+def die_with_parent(every_s: float = 1.0) -> None:
+    """In a child process (the runner, a supervised command): stop when the process that
+    started it dies, however it dies (``kill -9`` included), rather than decode on as an
+    orphan. A daemon thread looks every ``every_s`` seconds whether the parent changed
+    (an orphan is handed to another) and then sends this process SIGTERM. (Linux's
+    ``PR_SET_PDEATHSIG`` fires when the parent's *thread* that started the child ends,
+    which for the chat's runner may be a worker thread: not used.)"""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(every_s)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    die_with_parent()
     conn = Connection(int(argv[0]))
     _Runner(conn).serve()
     return 0

@@ -409,3 +409,42 @@ def test_a_runner_that_cannot_be_started_again_is_said_once_not_retried_in_a_loo
     time.sleep(3)
     assert eng.starts == 2 and not eng.alive and len(told) == 1
     eng.close()
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie nobody reaped counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
+def test_a_supervised_command_stopped_from_outside_takes_its_engine_with_it(default_model_path, sig):
+    """``kill PID`` of ``draftlight bench`` (the PID a person sees: the supervisor) stopped only
+    the supervisor, and its child went on decoding as an orphan, a core busy, until its work
+    was done (a 12-prompt bench: most of an hour). A TERM is passed on, and the child of a
+    supervisor killed outright stops within a few seconds."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, "-m", "app", "generate", "-m", str(default_model_path), "--raw",
+                          "-p", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "-n", "3000", "--spec-type", "none",
+                          "--temp", "0", "-t", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         cwd=Path(__file__).parent.parent)
+    first = p.stdout.read(8)     # the reply has begun
+    assert first, p.stderr.read()
+    kids = _children(p.pid)
+    assert len(kids) == 1
+    os.kill(p.pid, sig)
+    rc = p.wait(30)
+    deadline = time.monotonic() + 15
+    while not _gone(kids[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stopped = _gone(kids[0])
+    if not stopped:
+        os.kill(kids[0], signal.SIGKILL)
+    assert stopped, "the engine's process went on after its supervisor was stopped"
+    err = p.stderr.read().decode()
+    if sig == signal.SIGTERM:
+        # stopped as asked: the exit status says so, and nothing is reported as a crash
+        assert rc == 128 + signal.SIGTERM and "stopped: the engine" not in err, (rc, err)
