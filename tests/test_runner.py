@@ -225,16 +225,22 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
-def test_generate_whose_engine_crashes_prints_one_clear_line(tmp_path, default_model_path):
+def _long_generate(model) -> tuple[subprocess.Popen, bytes, list[int]]:
+    """``draftlight generate`` of a long reply, once it has begun: (its process, the reply's
+    first bytes, its children)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "app", "generate", "-m", str(default_model_path), "--raw",
+    p = subprocess.Popen([sys.executable, "-m", "app", "generate", "-m", str(model), "--raw",
                           "-p", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "-n", "3000", "--spec-type", "none",
                           "--temp", "0", "-t", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          cwd=Path(__file__).parent.parent)
     first = p.stdout.read(8)     # the reply has begun
     assert first, p.stderr.read()
-    kids = _children(p.pid)
+    return p, first, _children(p.pid)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
+def test_generate_whose_engine_crashes_prints_one_clear_line(tmp_path, default_model_path):
+    p, first, kids = _long_generate(default_model_path)
     assert len(kids) == 1, "generate should run its engine in a supervised child"
     os.kill(kids[0], signal.SIGSEGV)
     rest = p.stdout.read()
@@ -426,14 +432,7 @@ def test_a_supervised_command_stopped_from_outside_takes_its_engine_with_it(defa
     the supervisor, and its child went on decoding as an orphan, a core busy, until its work
     was done (a 12-prompt bench: most of an hour). A TERM is passed on, and the child of a
     supervisor killed outright stops within a few seconds."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "app", "generate", "-m", str(default_model_path), "--raw",
-                          "-p", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "-n", "3000", "--spec-type", "none",
-                          "--temp", "0", "-t", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                         cwd=Path(__file__).parent.parent)
-    first = p.stdout.read(8)     # the reply has begun
-    assert first, p.stderr.read()
-    kids = _children(p.pid)
+    p, _, kids = _long_generate(default_model_path)
     assert len(kids) == 1
     os.kill(p.pid, sig)
     rc = p.wait(30)
