@@ -189,6 +189,7 @@ def _server_chat(target: Path, spec_type: str, turns, n_predict: int, extra=(), 
                                 "-np", "1", "--no-webui", "-lv", "4", *cpu_flags(target), *extra],
                                stdout=subprocess.DEVNULL, stderr=logf)
     out, hist = [], ""
+    names = set(spec_type.split(","))
     try:
         wait_healthy(srv, port, lambda: log.read_text()[-2000:])
         for t in turns:
@@ -200,9 +201,11 @@ def _server_chat(target: Path, spec_type: str, turns, n_predict: int, extra=(), 
             r = json.load(urllib.request.urlopen(req, timeout=300))
             hist += r["content"]
             spec: dict = {}
-            for _ in range(50):  # the statistics are logged as the slot is released
+            for _ in range(50):  # the statistics are logged as the slot is released, a line per type
                 spec = {m.group(1): tuple(int(x) for x in m.groups()[1:]) for m in STAT.finditer(log.read_text())}
-                if spec and all(v[0] == len(out) + 1 for v in spec.values()):
+                # every type's line of this turn (read between two of them, the log once gave
+                # ngram-mod's alone)
+                if set(spec) >= names and all(v[0] == len(out) + 1 for v in spec.values()):
                     break
                 time.sleep(0.1)
             tm = r["timings"]
