@@ -466,8 +466,12 @@ class AcceptanceModel:
         >>> round(m.expected_overall(1)[0], 3)  # 1 + q
         1.583
         """
-        r = self.rates(k)
-        return expected_from_rates([self._first_overall] + r[1:])
+        return expected_from_rates(self.overall_rates(k))
+
+    def overall_rates(self, k: int) -> list[float]:
+        """q_1..q_k with q_1 at its overall rate (:meth:`expected_overall`)."""
+        r = self.rates(k)          # brings the overall first rate up to date
+        return [self._first_overall] + r[1:]
 
     @property
     def n_observed(self) -> float:
@@ -897,8 +901,9 @@ class Controller:
             if mem:
                 # measured by an earlier chain of this engine: start from it
                 st.t_call, st.u_s, st.hopeless = mem.get("t_call"), mem.get("u_s"), bool(mem.get("hopeless"))
-                if mem.get("rates"):
-                    st.model.seed(mem["rates"], self.params.remembered_weight)
+                if mem.get("accept") is not None:
+                    st.model.seed(mem["accept"].overall_rates(min(self._spec_len(st), TRACK)),
+                                  self.params.remembered_weight)
                 if st.hopeless:
                     self._give_up(st)
             else:
@@ -944,16 +949,11 @@ class Controller:
         self._remember(st)
 
     def _remember(self, st: _SpecState) -> None:
-        mem = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless}
-        if st.model.n_observed > 0.0:
-            # how often its drafts were right, by position (the first at its overall rate)
-            r = st.model.rates(min(self._spec_len(st), TRACK))
-            mem["rates"] = [st.model._first_overall] + r[1:]
-        else:
-            old = self.cost.drafters.get(self._cost_key(st))
-            if old and "rates" in old:
-                mem["rates"] = old["rates"]
-        self.cost.drafters[self._cost_key(st)] = mem
+        key = self._cost_key(st)
+        # its acceptance model, once it has seen a draft (else the one remembered before): a
+        # later chain starts from its rates (read then, not at every step here)
+        accept = st.model if st.model.n_observed > 0.0 else self.cost.drafters.get(key, {}).get("accept")
+        self.cost.drafters[key] = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless, "accept": accept}
 
     def _set_upkeep(self, st: _SpecState, on: bool) -> None:
         """Resume or pause a drafter's per-batch work (where it can pause; lossless either way:
@@ -1013,22 +1013,16 @@ class Controller:
     def _best_cut(self, st: _SpecState, n: int, draft_cost: float = 0.0, depth: int = 0,
                   draft: Sequence[int] | None = None, prev: int | None = None) -> tuple[int, float]:
         """(k, E_k / (c(k) + draft_cost)) maximising throughput over k = 1..n."""
+        return self._cut_of(self._expected(st, n, depth, draft, prev), draft_cost)
+
+    def _cut_of(self, expected: Sequence[float], draft_cost: float = 0.0) -> tuple[int, float]:
+        """(k, E_k / (c(k) + draft_cost)) maximising throughput over the given E_1..E_n."""
         best_k, best_g = 0, 0.0
-        rel = self.cost.rel_table(n)
-        for k, e in enumerate(self._expected(st, n, depth, draft, prev), start=1):
+        rel = self.cost.rel_table(len(expected))
+        for k, e in enumerate(expected, start=1):
             g = e / (rel[k] + draft_cost)
             if g > best_g:
                 best_k, best_g = k, g
-        return best_k, best_g
-
-    def _best_cut_overall(self, st: _SpecState, n: int) -> tuple[int, float]:
-        """:meth:`_best_cut` of a model drafter's draft at its overall rate
-        (:meth:`AcceptanceModel.expected_overall`)."""
-        best_k, best_g = 0, 0.0
-        rel = self.cost.rel_table(n)
-        for k, e in enumerate(st.model.expected_overall(n), start=1):
-            if e / rel[k] > best_g:
-                best_k, best_g = k, e / rel[k]
         return best_k, best_g
 
     def _draft_cost(self, st: _SpecState, k: float) -> float:
@@ -1325,7 +1319,7 @@ class Controller:
                 depth = max(run_depth, self._matcher.match(int(req.id_last), int(draft[0])) - MATCH_SLACK)
             # drafting is paid now: only the verify cost decides the cut
             if lenient:
-                k, g = self._best_cut_overall(st, len(draft))
+                k, g = self._cut_of(st.model.expected_overall(len(draft)))   # at its overall rate
             else:
                 k, g = self._best_cut(st, len(draft), depth=depth, draft=draft, prev=int(req.id_last))
             if st.model.n_observed <= 0.0 and not probe and depth < MATCH_ASK:
