@@ -53,11 +53,19 @@ def none_outputs(f16_engine, f16_prompts):
     return [f16_engine.run(p, max_tokens=MAX_TOKENS, sampling=GREEDY).tokens for p in f16_prompts]
 
 
+#: the prompts each type is run on alone (the whole chain runs on all of them): on each of these
+#: every n-gram type drafts, and has drafts accepted and rejected (measured with ``_spec``; on
+#: the other six some types draft nothing), so each type's accept and roll-back paths run at
+#: under half the time of all eleven (~25 s a type on 2 cores)
+SINGLE_TYPE_PROMPTS = (0, 2, 4, 6, 10)
+
+
 @pytest.mark.parametrize("types", NGRAM_TYPES + [CHAIN])
 def test_greedy_output_equals_none_on_f16(f16_engine, f16_prompts, none_outputs, types):
     f16_engine.set_spec(_spec(types))
     drafted = accepted = 0
-    for prompt, expected in zip(f16_prompts, none_outputs):
+    which = range(len(f16_prompts)) if types == CHAIN else SINGLE_TYPE_PROMPTS
+    for prompt, expected in ((f16_prompts[i], none_outputs[i]) for i in which):
         res = f16_engine.run(prompt, max_tokens=MAX_TOKENS, sampling=GREEDY)
         assert res.tokens == expected
         drafted += res.stats.n_drafted
@@ -65,9 +73,8 @@ def test_greedy_output_equals_none_on_f16(f16_engine, f16_prompts, none_outputs,
         # every accepted draft token names a speculator that is in the chain
         assert set(filter(None, res.drafted_by)) <= set(types.split(","))
         assert sum(1 for b in res.drafted_by if b) == res.stats.n_accepted
-    # the copy-heavy prompts make every one of these types draft something
-    assert drafted > 0
-    assert accepted > 0
+    # the copy-heavy prompts make every one of these types draft something, and reject some
+    assert 0 < accepted < drafted
 
 
 def test_default_ngram_mod_parameters_are_lossless_on_a_long_copy(f16_engine):

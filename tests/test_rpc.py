@@ -381,7 +381,9 @@ def test_the_chat_over_rpc_colours_drafts_survives_the_server_going_away_and_goe
     server = RpcServer()
     t = Tmux(tmp_path)
     try:
-        t.start(_args(f16_model_path, "-n", "2000", "--rpc", server.endpoint, "-ngl", "99", "-t", "1"),
+        # 300 tokens: the count streams for seconds after "13, 14, 15", and the answer to "Say
+        # hello." after it (which may run on to the limit) is held to it
+        t.start(_args(f16_model_path, "-n", "300", "--rpc", server.endpoint, "-ngl", "99", "-t", "1"),
                 tmp_path / "pid")
         t.wait_for(r"ready\s*$", timeout=120)
         t.keys(COPY_PROMPT, literal=True)

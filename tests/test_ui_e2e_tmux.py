@@ -140,9 +140,12 @@ def test_chat_streams_a_reply_with_coloured_ngram_mod_drafts_and_quits(tmux, tmp
 COUNT_PROMPT = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
 
 
-def start_a_long_reply(tmux, model: Path, pidfile: Path) -> str:
-    """Start the app, send COUNT_PROMPT and wait until the reply streams; returns the prompt."""
-    tmux.start(_args(model, "-n", "3000"), pidfile)
+def start_a_long_reply(tmux, model: Path, pidfile: Path, n: int = 3000) -> str:
+    """Start the app, send COUNT_PROMPT and wait until the reply streams; returns the prompt.
+
+    ``n`` is the chat's reply limit: every later reply of the test is held to it too (after a
+    count the model may go on "Hello, " + "Hello, " … to the limit)."""
+    tmux.start(_args(model, "-n", str(n)), pidfile)
     tmux.wait_for(r"ready\s*$")
     tmux.keys(COUNT_PROMPT, literal=True)
     tmux.keys("Enter")
@@ -273,7 +276,9 @@ def test_the_runner_crashing_mid_reply_leaves_the_chat_running(tmux, tmp_path, d
     """A segmentation fault in the engine: the chat says so in place, keeps the reply, answers the next."""
     import signal
     pidfile = tmp_path / "pid"
-    start_a_long_reply(tmux, default_model_path, pidfile)
+    # 400 tokens: the count still streams when the signal comes (sent as soon as it streams),
+    # and the answer to "Say hello." after it (a run of "Hello, " to the limit) is held to it
+    start_a_long_reply(tmux, default_model_path, pidfile, n=400)
     app_pid = int(pidfile.read_text())
     runner = _runner_pid(app_pid)
     os.kill(runner, signal.SIGSEGV)
