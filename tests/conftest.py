@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,14 +20,37 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+@pytest.fixture(scope="session")
+def measured_cost_curves(tmp_path_factory) -> Path:
+    """The verify-cost curves the app's processes measured in this run's earlier tests."""
+    return tmp_path_factory.mktemp("costcurves")
+
+
 @pytest.fixture(autouse=True)
-def private_dirs(tmp_path, monkeypatch):
-    """Point platformdirs at a temp dir so tests never touch real user data."""
+def private_dirs(tmp_path, monkeypatch, request, measured_cost_curves):
+    """Point platformdirs at a temp dir so tests never touch real user data.
+
+    The cache folder starts with the verify-cost curves that earlier tests of this run measured
+    (as a returning user's does), and the curves a test measures are kept for the later ones:
+    Automatic measures the curve of a model it has not met when it starts (~3 s on 2 cores), and
+    most tests start the app on the same two or three models. A test marked ``fresh_cache``
+    starts with an empty cache folder, as on a first run (the tests of the curve's own measuring
+    and caching give the engine a folder of their own)."""
     for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
         d = tmp_path / var.lower()
         d.mkdir()
         monkeypatch.setenv(var, str(d))
+    shared = request.node.get_closest_marker("fresh_cache") is None
+    curves = tmp_path / "xdg_cache_home" / "draftlight" / "costcurves"     # app.runtime.cost_cache_dir()
+    if shared:
+        for f in measured_cost_curves.glob("costcurve-*.json"):
+            curves.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, curves / f.name)
     yield tmp_path
+    if shared and curves.is_dir():
+        for f in curves.glob("costcurve-*.json"):
+            if not (measured_cost_curves / f.name).exists():
+                shutil.copyfile(f, measured_cost_curves / f.name)
 
 
 def _models_cache(config) -> Path:

@@ -16,6 +16,9 @@ from app.cli import main
 
 DRAFTLIGHT = Path(sys.executable).parent / "draftlight"
 
+# doctor reports the folders as a first run has them (no cache folder yet, then an empty one)
+pytestmark = pytest.mark.fresh_cache
+
 KEYS = {"draftlight", "python", "platform", "packages", "llama_cpp", "backends", "devices", "gpu_offload",
         "defaults", "config", "paths", "default_model", "desktop", "environment", "doctor_seconds", "rpc"}
 
