@@ -214,7 +214,7 @@ SPLIT_TYPES = ["none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mo
 
 
 def _runs(model: Path, *extra: str) -> dict:
-    r = subprocess.run([sys.executable, "-m", "tests.rpc_runs", str(model), REPEAT, "64", ",".join(SPLIT_TYPES),
+    r = subprocess.run([sys.executable, "-m", "tests.rpc_runs", str(model), REPEAT, "40", ",".join(SPLIT_TYPES),
                         *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
