@@ -115,6 +115,19 @@ def _timed_generation(engine, prompts, max_tokens, rounds: int = 1, stop=()) -> 
     return row
 
 
+def round_counts(stats) -> list:
+    """One run's work, for the JSON report: [drafted, accepted, steps, ms spent in drafters
+    (drafting and their per-batch upkeep)].
+
+        >>> from speculators.events import GenerationStats
+        >>> st = GenerationStats(n_drafted=12, n_accepted=9, n_steps=20)
+        >>> round_counts(st)
+        [12, 9, 20, 0.0]
+    """
+    us = sum(s.t_draft_us + s.t_process_us for s in stats.speculators.values())
+    return [stats.n_drafted, stats.n_accepted, stats.n_steps, round(us / 1000, 2)]
+
+
 def _one(res) -> tuple[float, object]:
     return gen_tps(res.stats), res
 
@@ -408,9 +421,11 @@ def run(args: argparse.Namespace) -> int:
             res = engine.run(prompt, max_tokens=args.max_tokens, sampling=greedy, stop=stop, forced=forced)
             if forced is not None:
                 flip_log.setdefault(name, []).append(res.stats.forced_flips)
+            round_work.setdefault(name, []).append(round_counts(res.stats))
             return _one(res)
 
         for pi, prompt in enumerate(prompts):
+            round_work: dict[str, list[list]] = {}    # per row: each round's work (round_counts)
             if same_text:
                 # none's own reply, which every row then writes
                 _progress(f"prompt {pi + 1}/{len(prompts)}, none's text")
@@ -441,6 +456,9 @@ def run(args: argparse.Namespace) -> int:
                 # every round's speed, so that any two rows can be paired round by round (auto
                 # against a fixed type, not only against none)
                 per_prompt[name][-1]["rounds_tokens_per_s"] = [round(x, 2) for x in per_round[name]]
+                # and what each round did: a round slower than its row's others either did other
+                # work (drafted, verified or asked its drafters for more) or the machine was slower
+                per_prompt[name][-1]["rounds_work"] = round_work.get(name, [])
                 if same_text:
                     per_prompt[name][-1]["flips"] = flips_of(flip_log.get(name, []))
         none_row = rows["none"]

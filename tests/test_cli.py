@@ -167,6 +167,8 @@ def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, t
         assert all(d["speedup_vs_none"] > 0 for d in pp)
         if name != "none":
             assert all(d["equal_to_none"] is True for d in pp)   # F16: lossless
+        for d in pp:        # one round: its work is the (fastest) run's
+            assert d["rounds_work"][0][:3] == [d["drafted"], d["accepted"], d["steps"]], d
     auto = rows["auto"]
     assert auto["controller"]["n_steps"] == sum(d["controller"]["steps"] for d in auto["per_prompt"])
     assert rows["ngram-mod"]["controller"] is None and rows["ngram-mod"]["per_prompt"][0]["controller"] is None
@@ -181,6 +183,7 @@ def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, t
     rows = json.loads(r.stdout)["rows"]
     assert [row["name"] for row in rows] == ["none", "auto"]
     assert rows[0]["per_prompt"][0]["speedup_vs_none_paired"] == 1.0     # none against itself, round by round
+    assert [len(r["per_prompt"][0]["rounds_work"]) for r in rows] == [2, 2]
     # a ratio of two 8-token runs: how large depends on the machine's load (17 was seen), not the code
     paired = rows[1]["per_prompt"][0]["speedup_vs_none_paired"]
     assert isinstance(paired, float) and paired > 0
