@@ -135,7 +135,9 @@ class GGUFInfo:
     arrays of numbers as numpy arrays, arrays of strings as
     :class:`GGUFStringArray`, other arrays as lists. ``kv_types`` maps keys
     to ``(type, element type or None)``. ``tensors`` is None when tensor
-    infos were not read.
+    infos were not read. ``kv_spans`` maps keys to the byte range of their
+    record in the file, ``infos_span`` is that of the tensor infos (with
+    ``tensors``): what a copy that edits the metadata keeps as it is.
     """
 
     path: str
@@ -147,11 +149,18 @@ class GGUFInfo:
     kv_types: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     tensors: dict[str, TensorInfo] | None = None
     data_offset: int | None = None
+    kv_spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    infos_span: tuple[int, int] | None = None
 
     @property
     def architecture(self) -> str | None:
         a = self.kv.get("general.architecture")
         return a if self.kv_types.get("general.architecture", (None,))[0] == T_STRING else None
+
+    @property
+    def alignment(self) -> int:
+        """The data section's alignment (``general.alignment``, else GGUF's default)."""
+        return self.get_int("general.alignment") or _DEFAULT_ALIGNMENT
 
     def get_int(self, key: str) -> int | None:
         t = self.kv_types.get(key)
@@ -199,6 +208,7 @@ def _parse(mm: mmap.mmap, path: str, size: int, want_tensors: bool) -> GGUFInfo:
         return mm[o:o + n], o + n
 
     for _ in range(n_kv):
+        start = off
         kb, off = read_str(off)
         key = kb.decode("utf-8", "replace")
         (vt,) = _U32.unpack_from(mm, off)
@@ -243,8 +253,10 @@ def _parse(mm: mmap.mmap, path: str, size: int, want_tensors: bool) -> GGUFInfo:
         if key in info.kv:
             raise GGUFError(f"duplicate key {key}")
         info.kv[key] = value
+        info.kv_spans[key] = (start, off)
 
     if want_tensors:
+        infos_start = off
         tens: dict[str, TensorInfo] = {}
         for _ in range(n_tensors):
             nb, off = read_str(off)
@@ -261,7 +273,8 @@ def _parse(mm: mmap.mmap, path: str, size: int, want_tensors: bool) -> GGUFInfo:
                 raise GGUFError(f"duplicate tensor {name}")
             tens[name] = TensorInfo(name, tuple(int(d) for d in shape), int(gtype), int(t_off))
         info.tensors = tens
-        align = info.get_int("general.alignment") or _DEFAULT_ALIGNMENT
+        info.infos_span = (infos_start, off)
+        align = info.alignment
         if align > 0:
             info.data_offset = (off + align - 1) // align * align
     return info

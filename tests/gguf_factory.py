@@ -96,69 +96,37 @@ def write_header_only(path: Path, arch: str, tensors: Sequence[str], *, block_co
     return path
 
 
-#: bytes of each scalar GGUF value type (8 string and 9 array have lengths of their own)
-_GGUF_SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
 def copy_with_int32_array(src: Path, dst: Path, key: str, values: Sequence[int]) -> Path:
     """A copy of the GGUF ``src`` (weights and all) with one more metadata key: an INT32 array
     (replacing a key of that name).
 
-    Written byte by byte: the metadata section gains the key, the tensor infos are copied as they
-    are (their data offsets count from the start of the data section) and the data section after
-    them, aligned as before. (Through ``gguf.GGUFReader``/``GGUFWriter`` the F16 default model,
-    with its 262k-token vocabulary, took ~25 s; this takes about as long as copying the file.)
+    Written byte by byte from where :func:`speculators.gguf_detect.read_gguf` found each part: the
+    metadata records (with the key), the tensor infos as they are (their data offsets count from
+    the start of the data section) and the data section after them, aligned as before. (Through
+    ``gguf.GGUFReader``/``GGUFWriter`` the F16 default model, with its 262k-token vocabulary,
+    took ~25 s; this takes about as long as copying the file.)
     """
-    import mmap
     import shutil
     import struct
 
-    with open(src, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        magic, version, n_tensors, n_kv = struct.unpack_from("<4sIQQ", mm, 0)
-        assert magic == b"GGUF" and version in (2, 3), f"{src}: not a GGUF v2/v3 file"
-        off = 24
-        kept: list[bytes] = []
-        alignment = 32
+    from speculators.gguf_detect import read_gguf
 
-        def skip_value(vt: int, o: int) -> int:
-            if vt == 8:
-                return o + 8 + struct.unpack_from("<Q", mm, o)[0]
-            if vt == 9:
-                et, count = struct.unpack_from("<IQ", mm, o)
-                o += 12
-                if et == 8:
-                    for _ in range(count):
-                        o += 8 + struct.unpack_from("<Q", mm, o)[0]
-                    return o
-                return o + _GGUF_SCALAR_SIZE[et] * count
-            return o + _GGUF_SCALAR_SIZE[vt]
+    info = read_gguf(src)
+    assert info.infos_span is not None and info.data_offset is not None, f"{src}: no tensor infos"
+    kept = [span for k, span in info.kv_spans.items() if k != key]
+    kb = key.encode("utf-8")
+    added = (struct.pack("<Q", len(kb)) + kb + struct.pack("<IIQ", 9, 5, len(values))   # ARRAY of INT32
+             + struct.pack(f"<{len(values)}i", *values))
+    with open(src, "rb") as f:
+        def part(span: tuple[int, int]) -> bytes:
+            f.seek(span[0])
+            return f.read(span[1] - span[0])
 
-        for _ in range(n_kv):
-            start = off
-            (n,) = struct.unpack_from("<Q", mm, off)
-            name = mm[off + 8:off + 8 + n].decode("utf-8")
-            off += 8 + n
-            (vt,) = struct.unpack_from("<I", mm, off)
-            if name == "general.alignment":
-                (alignment,) = struct.unpack_from("<I", mm, off + 4)
-            off = skip_value(vt, off + 4)
-            if name != key:
-                kept.append(mm[start:off])
-        infos_start = off
-        for _ in range(n_tensors):
-            off += 8 + struct.unpack_from("<Q", mm, off)[0]
-            (n_dims,) = struct.unpack_from("<I", mm, off)
-            off += 4 + 8 * n_dims + 4 + 8
-        infos = mm[infos_start:off]
-        data_start = -(-off // alignment) * alignment
-
-        kb = key.encode("utf-8")
-        added = (struct.pack("<Q", len(kb)) + kb + struct.pack("<IIQ", 9, 5, len(values))
-                 + struct.pack(f"<{len(values)}i", *values))
-        header = struct.pack("<4sIQQ", magic, version, n_tensors, len(kept) + 1) + b"".join(kept) + added + infos
-        header += b"\0" * (-len(header) % alignment)
+        header = (struct.pack("<4sIQQ", b"GGUF", info.version, info.n_tensors, len(kept) + 1)
+                  + b"".join(part(sp) for sp in kept) + added + part(info.infos_span))
+        header += b"\0" * (-len(header) % info.alignment)
         with open(dst, "wb") as out:
             out.write(header)
-            f.seek(data_start)
+            f.seek(info.data_offset)
             shutil.copyfileobj(f, out, 16 << 20)
     return dst

@@ -525,6 +525,13 @@ def test_reader_agrees_with_gguf_package(tmp_path, bad_drafts):
             ti = info.tensors[t.name]
             assert info.data_offset + ti.offset == t.data_offset
             assert ti.shape == tuple(int(x) for x in t.shape)
+        # where each record lies: the key-values one after another, then the tensor infos
+        assert [info.kv_spans[k][0] for k in info.kv] == [f.offset for k, f in r.fields.items()
+                                                          if not k.startswith("GGUF.")]
+        ends = [end for _, end in info.kv_spans.values()]
+        assert ends[:-1] == [start for start, _ in list(info.kv_spans.values())[1:]]
+        assert info.infos_span == (ends[-1], info.infos_span[1]) and info.infos_span[0] == r.tensors[0].field.offset
+        assert info.data_offset == -(-info.infos_span[1] // info.alignment) * info.alignment
 
 
 def test_gguf_summary(tmp_path, q2k_model_path):
