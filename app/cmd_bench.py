@@ -412,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
 
         forced: list[int] | None = None
         flip_log: dict[str, list] = {}  # per row: each forced run's flips, for the prompt at hand
+        round_work: dict[str, list[list]] = {}   # per row: each round's work (round_counts), the same
 
         def run_one(name: str, sp: SpecParams | None, prompt: list[int]) -> tuple[float, object]:
             if sp is None:
@@ -425,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
             return _one(res)
 
         for pi, prompt in enumerate(prompts):
-            round_work: dict[str, list[list]] = {}    # per row: each round's work (round_counts)
+            round_work.clear()
             if same_text:
                 # none's own reply, which every row then writes
                 _progress(f"prompt {pi + 1}/{len(prompts)}, none's text")
