@@ -1234,9 +1234,12 @@ class Controller:
                 depth = max(depth, m_ctx - MATCH_SLACK)
             k_pot, g_pot = self._potential(st, n_max, depth)
             st.potential = g_pot
-            active = g_pot >= thr and (st.model.n_observed > 0.0 or depth >= MATCH_ASK)
+            # a drafter measured too dear to pay is only asked at its probes, which measure it
+            # again: its cost, remembered in seconds, would look cheap against the steps of a
+            # stretch where the machine runs slower, and its first draft pays its catch-up
+            active = not st.hopeless and g_pot >= thr and (st.model.n_observed > 0.0 or depth >= MATCH_ASK)
             lenient = False
-            if (not active and st.expensive and 0 < st.missed_in_row <= p.miss_tolerance
+            if (not active and st.expensive and not st.hopeless and 0 < st.missed_in_row <= p.miss_tolerance
                     and st.last_active == self.step - 1 and self._gain_overall(st) >= thr):
                 # drafting on through a miss or two: a model drafter that pays at its overall
                 # rate, judged after a miss by its (few) drafts that followed a miss,

@@ -988,3 +988,48 @@ def test_auto_keeps_a_paying_mtp_head_drafting_through_its_runs_of_misses():
         n_all += pos
     ratio = (n_auto / t_auto) / (n_all / t_all)
     assert ratio >= 0.97, ratio
+
+
+class DraftModel(Follower):
+    """A draft model on a fake clock: ``per_tok_s`` for each token it drafts, and as much for
+    each token a paused one catches up on (in one batch: a quarter of that)."""
+
+    def __init__(self, clock, per_tok_s, **kw):
+        super().__init__(lambda c: 16, n=16, **kw)
+        self.clock, self.per_tok_s = clock, per_tok_s
+        self.n_calls = 0
+
+    def draft(self, req):
+        missed = max(0, req.pos0 - self.pos_known)
+        self.clock.t += 0.25 * self.per_tok_s * missed
+        self.stats.t_process_us += 0.25 * self.per_tok_s * missed * 1e6
+        self.clock.t += self.per_tok_s * min(req.n_max, self.n)
+        self.n_calls += 1
+        return super().draft(req)
+
+
+def test_a_drafter_measured_hopeless_is_not_taken_up_when_the_machine_slows_down():
+    """A draft model measured too dear to pay (a Q2_K copy of the target, 94 % of its size:
+    12 ms a drafted token and 7 ms of upkeep a step against the target's 20 ms step) stays off
+    in the next chains, until its rare probe measures it again. Before, a stretch where the
+    machine ran the target's steps slower (another process, a busy host: 40 ms a step) set
+    the drafter's remembered cost against the slower steps, it looked cheap, and it drafted
+    every step: each time its first draft decoded the whole context it had missed (1.7-2.6 s
+    on one 19-token reply of `bench -md`)."""
+    curve = CostCurve({0: 1.0, 1: 1.39, 2: 1.60, 3: 1.77, 4: 2.33, 8: 3.46, 16: 5.08})
+    curve.t1_s = 0.020
+    params = ControllerParams(online_cost=True)
+    cost = CostModel(curve, params)
+    clock = FakeClock()
+    first = DraftModel(clock, 0.012, upkeep_us=7000.0)
+    ctl = Controller(SpeculatorChain([first]), cost, params, clock=clock)
+    run_with_upkeep(ctl, 40, t_step=0.020)
+    st = ctl.states[id(first)]
+    assert st.hopeless and first.n_calls >= 2 and st.t_call == pytest.approx(0.012, rel=0.1), (st.t_call, st.per)
+    # the next chains, on a machine that now runs the target's steps (and the drafter) twice as slowly
+    for _ in range(3):
+        again = DraftModel(clock, 0.024, upkeep_us=14000.0)
+        ctl = Controller(SpeculatorChain([again]), cost, params, clock=clock)
+        _, ds = run_with_upkeep(ctl, 120, t_step=0.040)
+        assert cost.t1_s > 0.030                                    # the slower steps were seen
+        assert not any(d.draft for d in ds), [(i, len(d.draft), d.probe) for i, d in enumerate(ds) if d.draft]
