@@ -248,10 +248,10 @@ class ControllerParams:
     prior_accept: float = 0.15
     prior_accept_model: float = 0.5
     prior_weight: float = 1.0
-    #: the longest draft ever verified: with the step's own token a verify batch of 64. Batches
-    #: of a multiple of 16 tokens are the cheapest per token (on a 2-core AMX CPU, 352 tokens into
-    #: a copy, a batch of 65 took 352 ms and one of 64 took 315: one token more, 12 % more time);
-    #: the measured cost curve is linear between its points and does not show such a step
+    #: the longest draft ever verified: with the step's own token a verify batch of 64. A batch
+    #: one token past a multiple of 16 costs more than that token (on a 2-core AMX CPU, 352
+    #: tokens into a copy: 65 tokens 352 ms, 64 tokens 315; 33 181, 32 158); the measured cost
+    #: curve is linear between its points and does not show such steps
     max_len: int = 63
     #: share of the step time that asking cold (not worth verifying) cheap drafters may take
     probe_budget: float = 0.006
