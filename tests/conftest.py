@@ -41,7 +41,8 @@ def private_dirs(tmp_path, monkeypatch, request, measured_cost_curves):
         d.mkdir()
         monkeypatch.setenv(var, str(d))
     shared = request.node.get_closest_marker("fresh_cache") is None
-    curves = tmp_path / "xdg_cache_home" / "draftlight" / "costcurves"     # app.runtime.cost_cache_dir()
+    from app.runtime import cost_cache_dir
+    curves = Path(cost_cache_dir())         # where the app's processes look, under the folders just set
     if shared:
         for f in measured_cost_curves.glob("costcurve-*.json"):
             curves.mkdir(parents=True, exist_ok=True)

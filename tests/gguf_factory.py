@@ -109,13 +109,13 @@ def copy_with_int32_array(src: Path, dst: Path, key: str, values: Sequence[int])
     import shutil
     import struct
 
-    from speculators.gguf_detect import read_gguf
+    from speculators.gguf_detect import GGUF_TYPE, T_ARRAY, read_gguf
 
     info = read_gguf(src)
     assert info.infos_span is not None and info.data_offset is not None, f"{src}: no tensor infos"
     kept = [span for k, span in info.kv_spans.items() if k != key]
     kb = key.encode("utf-8")
-    added = (struct.pack("<Q", len(kb)) + kb + struct.pack("<IIQ", 9, 5, len(values))   # ARRAY of INT32
+    added = (struct.pack("<Q", len(kb)) + kb + struct.pack("<IIQ", T_ARRAY, GGUF_TYPE["INT32"], len(values))
              + struct.pack(f"<{len(values)}i", *values))
     with open(src, "rb") as f:
         def part(span: tuple[int, int]) -> bytes:
