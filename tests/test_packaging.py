@@ -72,7 +72,7 @@ def test_sdist_holds_sources_tests_packaging_and_ci(dists):
     with tarfile.open(dists["sdist"]) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     for f in ("pyproject.toml", "README.md", ".ci/run", "packaging/README.md", "tests/conftest.py",
-              "tests/test_packaging.py", "app/cli.py", *DATA_FILES):
+              "tests/test_packaging.py", "app/cli.py", "docs/measurements.md", "docs/chat.svg", *DATA_FILES):
         assert f in names, f
     assert not any(_junk(n) or n.startswith((".venv/", ".git/", "dist/")) for n in names)
 
