@@ -128,6 +128,26 @@ def round_counts(stats) -> list:
     return [stats.n_drafted, stats.n_accepted, stats.n_steps, round(us / 1000, 2)]
 
 
+def same_work(a: dict, b: dict) -> list[int]:
+    """The prompts on which two report rows did the same work in every round: as many
+    drafted and accepted tokens and as many steps (the time spent in drafters aside). There
+    the two rows' ratio is the machine's timing alone, not a difference between them.
+
+        >>> a = {"per_prompt": [{"rounds_work": [[4, 3, 9, 1.5], [4, 3, 9, 1.2]]},
+        ...                     {"rounds_work": [[0, 0, 12, 0.0]]}]}
+        >>> b = {"per_prompt": [{"rounds_work": [[4, 3, 9, 0.9], [4, 3, 9, 1.0]]},
+        ...                     {"rounds_work": [[2, 0, 12, 0.4]]}]}
+        >>> same_work(a, b)
+        [0]
+    """
+    out = []
+    for i, (da, db) in enumerate(zip(a.get("per_prompt") or [], b.get("per_prompt") or [])):
+        wa, wb = da.get("rounds_work"), db.get("rounds_work")
+        if wa and wb and len(wa) == len(wb) and all(x[:3] == y[:3] for x, y in zip(wa, wb)):
+            out.append(i)
+    return out
+
+
 def _one(res) -> tuple[float, object]:
     return gen_tps(res.stats), res
 
@@ -505,6 +525,11 @@ def run(args: argparse.Namespace) -> int:
             lcp = rows["llama-cpp-python"]
             lcp.equal_to_none = all(d.get("equal_to_none") for d in lcp.per_prompt)
         report["rows"] = [r.to_dict(base_tps) for r in ordered]
+        for r in report["rows"]:
+            if r["name"] == "auto":
+                # the prompts where Automatic did what another row did, round for round
+                r["same_work_as"] = {o["name"]: same_work(r, o) for o in report["rows"]
+                                     if o is not r and o["name"] != "llama-cpp-python" and o.get("per_prompt")}
         cm = engine.cost_model
         if cm is not None and "cost_curve" in report:
             # the curve as the steps of this run refined it
@@ -574,6 +599,14 @@ def print_table(report: dict) -> None:
             line += (f"; controller: {c['n_drafted']} of {c['n_steps']} steps drafted ({c['n_cut']} cut), "
                      f"{c['n_skipped']} skipped, {quiet} of {len(pp)} prompts without a draft")
         print(line)
+    for r in report["rows"]:
+        sw = r.get("same_work_as")
+        n = len(r.get("per_prompt") or [])
+        if sw and n > 1:
+            parts = [f"{name} on {len(ix)} of {n}" + (f" ({' '.join(str(i) for i in ix)})" if 0 < len(ix) < n else "")
+                     for name, ix in sw.items()]
+            print(f"{r['name']} did the same work (drafted, accepted, steps, every round) as "
+                  + ", ".join(parts) + ": on those prompts the two rows' ratio is the machine's timing alone")
     if report.get("same_text"):
         print("--same-text: every row wrote none's reply to each prompt; 'same' says whether the model's "
               "own pick was none's at every position")

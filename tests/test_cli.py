@@ -151,7 +151,7 @@ def test_bad_adaptive_flag_is_refused_without_a_traceback(default_model_path):
     assert r.returncode == 2 and "expected on or off" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, tmp_path):
+def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, tmp_path, capsys):
     r = draftlight("bench", "-m", str(f16_model_path), "-p", "Quote exactly: " + TEXT, "-p", "Why do cats purr?",
                    "--spec-type", "auto", "--spec-type", "ngram-mod", "--spec-type", "ngram-simple,ngram-mod",
                    "--spec-type", "none", "-n", "16", "--rounds", "1", "--no-baseline", "-t", "2", "--json",
@@ -175,6 +175,15 @@ def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, t
     assert [c[0] for c in rep["auto_plan"]["auto"]][:5] == ["ngram-simple", "ngram-map-k", "ngram-map-k4v",
                                                             "ngram-mod", "ngram-cache"]
     assert rep["cost_curve"]["rel"][0] == 1.0
+    # the prompts where auto did none's work (it drafted nothing: F16, the same steps) are named
+    same = auto["same_work_as"]
+    assert set(same) == {"none", "ngram-mod", "ngram-simple,ngram-mod"}
+    assert same["none"] == [d["index"] for d in auto["per_prompt"] if d["rounds_work"][0][0] == 0]
+    assert 0 not in same["none"] and auto["per_prompt"][0]["drafted"] > 0      # it copies the quote
+    assert "same_work_as" not in rows["ngram-mod"]
+    from app.cmd_bench import print_table
+    print_table(rep)
+    assert "auto did the same work (drafted, accepted, steps, every round) as none on" in capsys.readouterr().out
     # without --spec-type, bench compares auto with none
     # (two rounds: each prompt also gets the median of its rounds' paired ratios to none)
     r = draftlight("bench", "-m", str(f16_model_path), "-p", "Why do cats purr?", "-n", "8", "--rounds", "2",
