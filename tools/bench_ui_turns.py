@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""The chat UI's own CPU per reply as a conversation grows: does a short reply cost more later?
+
+    python tools/bench_ui_turns.py [--turns 40] [--tokens 10] [--rate 40] [--every 4]
+
+Runs the real app (``DraftlightApp``) under Textual's headless driver with the scripted engine
+(no model), sends ``--turns`` messages whose replies are ``--tokens`` tokens at ``--rate`` tokens
+a second, and prints for every ``--every``-th reply the process's CPU time from sending it to
+0.3 s after it ended, and how many times the screen was laid out meanwhile (each layout
+arranges every widget on the screen). On a machine where the model's threads take every core,
+the UI's CPU is taken from them. The headless driver writes no terminal output, so the real
+app costs at least this much.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+async def run(turns: int, tokens: int, rate: float, every: int) -> None:
+    from textual.screen import Screen
+
+    from app import config as config_mod
+    from app.storage import History
+    from app.ui.app import DraftlightApp
+    from app.ui.scripted import ScriptedEngine
+    from speculators.params import SpecParams
+
+    layouts = [0]
+    original = Screen._refresh_layout
+
+    def counted(self, *a, **k):
+        layouts[0] += 1
+        return original(self, *a, **k)
+
+    Screen._refresh_layout = counted
+    engine = ScriptedEngine([(None, [" word"]) for _ in range(tokens)], tokens_per_s=rate)
+    cfg = config_mod.Config()
+    cfg.spec = SpecParams.from_types("ngram-mod,ngram-simple")
+    tmp = tempfile.mkdtemp(prefix="draftlight-uiturns-")
+    app = DraftlightApp(cfg, engine_factory=lambda m, s, p: engine,
+                        history=History(os.path.join(tmp, "h.sqlite3")), persist_config=False)
+    print(f"{'reply':>5} {'messages':>8} {'UI CPU ms':>10} {'wall ms':>8} {'layouts':>8}")
+    async with app.run_test(size=(140, 45)) as pilot:
+        for _ in range(500):
+            if app.engine is not None:
+                break
+            await pilot.pause(0.02)
+        for i in range(turns):
+            c0, t0, l0 = time.process_time(), time.perf_counter(), layouts[0]
+            app.send(f"question {i}")
+            while app.job is not None:
+                await pilot.pause(0.01)
+            await pilot.pause(0.3)
+            if i % every == 0 or i == turns - 1:
+                print(f"{i:>5} {len(app.session.turns):>8} {1e3 * (time.process_time() - c0):>10.1f} "
+                      f"{1e3 * (time.perf_counter() - t0):>8.0f} {layouts[0] - l0:>8}", flush=True)
+        c0 = time.process_time()
+        await pilot.pause(1.0)
+        print(f"idle for 1 s at the end: {1e3 * (time.process_time() - c0):.1f} ms of CPU")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--turns", type=int, default=40)
+    ap.add_argument("--tokens", type=int, default=10, help="tokens per reply")
+    ap.add_argument("--rate", type=float, default=40.0, help="tokens a second")
+    ap.add_argument("--every", type=int, default=4, help="print every N-th reply")
+    args = ap.parse_args()
+    asyncio.run(run(args.turns, args.tokens, args.rate, max(1, args.every)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
