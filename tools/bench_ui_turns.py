@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,11 +26,8 @@ sys.path.insert(0, str(ROOT))
 async def run(turns: int, tokens: int, rate: float, every: int) -> None:
     from textual.screen import Screen
 
-    from app import config as config_mod
-    from app.storage import History
-    from app.ui.app import DraftlightApp
     from app.ui.scripted import ScriptedEngine
-    from speculators.params import SpecParams
+    from app.ui.uibench import scripted_app, wait_for_engine
 
     layouts = [0]
     original = Screen._refresh_layout
@@ -43,17 +38,10 @@ async def run(turns: int, tokens: int, rate: float, every: int) -> None:
 
     Screen._refresh_layout = counted
     engine = ScriptedEngine([(None, [" word"]) for _ in range(tokens)], tokens_per_s=rate)
-    cfg = config_mod.Config()
-    cfg.spec = SpecParams.from_types("ngram-mod,ngram-simple")
-    tmp = tempfile.mkdtemp(prefix="draftlight-uiturns-")
-    app = DraftlightApp(cfg, engine_factory=lambda m, s, p: engine,
-                        history=History(os.path.join(tmp, "h.sqlite3")), persist_config=False)
+    app = scripted_app(engine)
     print(f"{'reply':>5} {'messages':>8} {'UI CPU ms':>10} {'wall ms':>8} {'layouts':>8}")
     async with app.run_test(size=(140, 45)) as pilot:
-        for _ in range(500):
-            if app.engine is not None:
-                break
-            await pilot.pause(0.02)
+        await wait_for_engine(app, pilot, tries=500)
         for i in range(turns):
             c0, t0, l0 = time.process_time(), time.perf_counter(), layouts[0]
             app.send(f"question {i}")

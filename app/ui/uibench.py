@@ -43,33 +43,48 @@ def _percentile(values: list[float], q: float) -> float:
     return s[k]
 
 
+def scripted_app(engine, max_tokens: int | None = None):
+    """The real app on a scripted engine (no model), its history in a fresh temporary folder:
+    the app's default settings with two n-gram speculators (the scripted replies' drafters)
+    and, where given, ``max_tokens`` a reply."""
+    from .. import config as config_mod
+    from ..storage import History
+    from .app import DraftlightApp
+    from speculators.params import SpecParams
+
+    cfg = config_mod.Config()
+    if max_tokens is not None:
+        cfg.max_tokens = max_tokens
+    cfg.spec = SpecParams.from_types("ngram-mod,ngram-simple")
+    tmp = tempfile.mkdtemp(prefix="draftlight-bench-")
+    return DraftlightApp(cfg, engine_factory=lambda m, s, p: engine, history=History(os.path.join(tmp, "h.sqlite3")),
+                         persist_config=False)
+
+
+async def wait_for_engine(app, pilot, tries: int = 200) -> None:
+    """Let the app's engine load (at most ``tries`` pauses of 20 ms)."""
+    for _ in range(tries):
+        if app.engine is not None:
+            break
+        await pilot.pause(0.02)
+
+
 async def run_benchmark(tokens_per_s: float = 2000.0, n_tokens: int = 4000,
                         size: tuple[int, int] = (100, 30)) -> BenchResult:
     import time
 
-    from .. import config as config_mod
-    from ..storage import History
-    from .app import DraftlightApp, LagProbe
+    from .app import LagProbe
     from .scripted import ScriptedEngine, demo_script
-    from speculators.params import SpecParams
 
     script = demo_script(n_tokens)
     # a reply never begins with whitespace (the session drops it)
     expected = "".join("".join(toks) for _, toks in script).lstrip()
     engine = ScriptedEngine(script, tokens_per_s=tokens_per_s)
-    cfg = config_mod.Config()
-    cfg.max_tokens = n_tokens + 10
-    cfg.spec = SpecParams.from_types("ngram-mod,ngram-simple")
-    tmp = tempfile.mkdtemp(prefix="draftlight-bench-")
-    app = DraftlightApp(cfg, engine_factory=lambda m, s, p: engine, history=History(os.path.join(tmp, "h.sqlite3")),
-                        persist_config=False)
+    app = scripted_app(engine, max_tokens=n_tokens + 10)
     app.lag_probe = LagProbe()
     t0 = time.perf_counter()
     async with app.run_test(size=size) as pilot:
-        for _ in range(200):
-            if app.engine is not None:
-                break
-            await pilot.pause(0.02)
+        await wait_for_engine(app, pilot)
         app.send("benchmark")
         t0 = time.perf_counter()
         deadline = t0 + n_tokens / tokens_per_s * 4 + 10
