@@ -14,7 +14,7 @@ from app import config as config_mod
 from app import paths
 from app.ui.app import ACTIONS, DraftlightApp, usable_cores
 from app.ui.scripted import ScriptedEngine
-from app.ui.widgets import Legend, LoadPanel, MessageView, PromptInput, StatsPanel
+from app.ui.widgets import KeyBar, Legend, LoadPanel, MessageView, PromptInput, StatsPanel
 from speculators.params import SpecParams
 
 #: "Hello" and " world" drafted by ngram-mod (positions 0, 1), "!" the model's own,
@@ -76,7 +76,9 @@ async def test_send_streams_reply_with_draft_colouring():
         assert runs == [("Hello world", "ngram-mod", 0, 1), (" are you today", "ngram-simple", 0, 2)]
         # the drafted text carries its speculator's colour, plain text none
         mod = app.draft_styles["ngram-mod"]
-        segs = list(reply.body.render_line(0))
+        # the body's first line says who wrote it (the model's name); the text follows
+        assert reply.body.top == 1 and reply.body.render_line(0).text.strip() == reply.label
+        segs = list(reply.body.render_line(reply.body.top))
         styled = {seg.text: seg.style for seg in segs if seg.text.strip()}
         assert styled["Hello"].color.triplet.hex == mod.foreground.hex.lower()
         assert styled[" world"].color.triplet.hex == mod.foreground.hex.lower()
@@ -123,6 +125,42 @@ async def test_up_and_down_walk_the_input_history_when_empty():
         assert prompt.text == "x"
 
 
+async def test_the_key_bar_lights_esc_in_place_as_a_reply_starts_and_ends():
+    """Esc's Stop is dimmed between replies and lit while one streams, Ctrl+R's the other way
+    round, in the same key widgets: the bar is not composed anew for a reply (which styled new
+    keys and laid the whole chat out again, twice a reply). It is where the keys shown change."""
+    from textual.widgets._footer import FooterKey
+    gate = threading.Event()
+    app, engine = make_app(gate=gate)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await pilot.pause()
+        bar = app.query_one(KeyBar)
+
+        def keys() -> dict[str, FooterKey]:
+            return {k.action: k for k in bar.query(FooterKey)}
+
+        idle = keys()
+        assert {"stop", "regenerate", "settings"} <= set(idle)
+        assert idle["stop"].has_class("-disabled") and not idle["regenerate"].has_class("-disabled")
+        app.send("hi")
+        await until(pilot, lambda: app._views()[-1].text == "Hello world!")
+        await pilot.pause()
+        streaming = keys()
+        assert streaming == idle, "the key bar was composed anew for the reply"
+        assert not streaming["stop"].has_class("-disabled") and streaming["regenerate"].has_class("-disabled")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.job is None, timeout=10)
+        await pilot.pause()
+        assert keys() == idle
+        assert idle["stop"].has_class("-disabled") and not idle["regenerate"].has_class("-disabled")
+        # a focused message brings a key of its own: then the bar is composed anew
+        app._views()[-1].focus()
+        await pilot.pause()
+        await pilot.pause()
+        assert "copy" in keys() and keys()["settings"] is not idle["settings"]
+
+
 async def test_escape_stops_at_once_and_keeps_the_text():
     gate = threading.Event()
     app, engine = make_app(gate=gate)
@@ -152,7 +190,7 @@ async def test_colour_toggle_and_markdown_view():
         # the plain view (the default) stays; only the colours go
         assert not reply.body.coloured and reply.body.display and reply._markdown is None
         assert "colouring off" in str(app.query_one(Legend).render())
-        plain_styles = {s.style for s in reply.body.render_line(0) if s.text.strip()}
+        plain_styles = {s.style for s in reply.body.render_line(reply.body.top) if s.text.strip()}
         assert len(plain_styles) == 1  # one style for all text: no colours
         await pilot.press("f6")  # Markdown: the Markdown widget shows, the body hides, still uncoloured
         assert reply._markdown is not None and reply._markdown.display and not reply.body.display
@@ -167,12 +205,12 @@ async def test_hover_and_keyboard_selection_show_the_drafter():
     app, engine = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         reply = await send_and_wait(pilot, app)
-        await pilot.hover(reply.body, offset=(1, 0))
+        await pilot.hover(reply.body, offset=(1, reply.body.top))
         await pilot.pause()
         legend = str(app.query_one(Legend).render())
         assert "drafted by ngram-mod at draft position 0" in legend
         assert reply.body.tooltip and "ngram-mod" in str(reply.body.tooltip)
-        await pilot.hover(reply.body, offset=(14, 0))  # "How": the model's own
+        await pilot.hover(reply.body, offset=(14, reply.body.top))  # "How": the model's own
         await pilot.pause()
         assert "drafted by ngram-mod" not in str(app.query_one(Legend).render())
         reply.focus()
@@ -839,16 +877,18 @@ async def test_where_the_model_takes_every_core_a_streaming_reply_grows_a_few_li
         while app.job is not None:
             await pilot.pause(0.05)
             body = view.body
-            if app.job is not None and body.size.height > 0:
+            # (the text's height: the body's first line says who wrote it)
+            height = body.size.height - body.top
+            if app.job is not None and height > 0:
                 assert not prompt.cursor_blink
                 lines = len(body._lines)
-                seen.add((lines, body.size.height))
-                if lines > body.size.height + step:
+                seen.add((lines, height))
+                if lines > height + step:
                     # the layout trails more than a frame (a stalled machine): it comes as soon
                     # as the UI has processed what is queued, tall enough for those lines
                     await pilot.pause()
                     if app.job is not None:     # (at the end the reply fits its text exactly)
-                        assert body.size.height >= body._height(lines), (lines, body.size.height)
+                        assert body.size.height - body.top >= body._height(lines), (lines, body.size.height)
         grown = [(lines, height) for lines, height in seen if lines > 0]
         assert any(lines < height for lines, height in grown), "no paint fell within a reserve"
         assert any(height > step for _, height in grown), "the reply never grew"
@@ -857,7 +897,7 @@ async def test_where_the_model_takes_every_core_a_streaming_reply_grows_a_few_li
             # never taller than the lines need (a layout only ever trails the lines)
             assert height - 3 * step <= lines, (lines, height)
         await pilot.pause(0.2)
-        assert view.body.size.height == len(view.body._lines) > step
+        assert view.body.size.height - view.body.top == len(view.body._lines) > step
         assert prompt.cursor_blink
 
 

@@ -37,7 +37,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import OptionList, Static
 
 import themes as theme_data
 
@@ -51,8 +51,8 @@ from ..storage import History
 from .clipboard import copy_to_system
 from .screens import (ChatsResult, ChatsScreen, HelpScreen, SettingsResult, SettingsScreen, TextPromptScreen)
 from .themes import draft_styles, to_textual
-from .widgets import (Legend, LoadPanel, MessageView, PromptInput, ProvenanceHover, StarterList, StatsPanel,
-                      TopBar)
+from .widgets import (KeyBar, Legend, LoadPanel, MessageView, PromptInput, ProvenanceHover, StarterList,
+                      StatsPanel, TopBar)
 
 
 W = TypeVar("W", bound=Widget)
@@ -85,6 +85,9 @@ class ActionSpec:
     priority: bool = False
     #: how the keyboard reaches an action without a key of its own (no binding then)
     reach: str = ""
+    #: the key bar's label, where ``label`` is too long for it (the bar shows Esc's Stop at all
+    #: times, dimmed between replies, and must fit 80 columns)
+    bar: str = ""
 
     @property
     def key_display(self) -> str:
@@ -131,7 +134,8 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("lab", "f8", "Lab", "Which speculation pays on this prompt: configurations side by side, "
                "on the loaded model", "View"),
     ActionSpec("stop", "escape", "Stop", "Stop the reply at once (keeps what was written)", "Chat", show=True),
-    ActionSpec("regenerate", "ctrl+r", "Regenerate", "Write the last reply again", "Chat", show=True),
+    ActionSpec("regenerate", "ctrl+r", "Regenerate", "Write the last reply again", "Chat", show=True,
+               bar="Retry"),
     ActionSpec("edit_last", "ctrl+g", "Edit last", "Edit your last message and send it again", "Chat"),
     ActionSpec("copy_reply", "ctrl+o", "Copy reply", "Copy the last reply to the clipboard",
                "Chat"),
@@ -180,7 +184,7 @@ class DraftlightApp(App[int]):
     TITLE = "draftlight"
     ENABLE_COMMAND_PALETTE = True
 
-    BINDINGS = [Binding(a.keys, a.action, a.label, show=a.show, priority=a.priority, tooltip=a.help)
+    BINDINGS = [Binding(a.keys, a.action, a.bar or a.label, show=a.show, priority=a.priority, tooltip=a.help)
                 for a in ACTIONS if a.keys]
 
     CSS = """
@@ -287,7 +291,7 @@ class DraftlightApp(App[int]):
         yield Legend(id="legend")
         with Horizontal(id="prompt-box"):
             yield PromptInput(id="prompt", placeholder="Message the model — Enter sends, Ctrl+J adds a line")
-        yield Footer(compact=True)
+        yield KeyBar(compact=True)
 
     def _welcome_text(self) -> Content:
         spec_on = bool(self.session.configured_types)
@@ -838,7 +842,9 @@ class DraftlightApp(App[int]):
         if action in _MAIN_ONLY and len(self.screen_stack) > 1:
             return False
         if action == "stop":
-            return self.session.job is not None
+            # dimmed, not hidden, between replies: the key bar keeps its keys where they are (and
+            # lights Esc in place as a reply starts, instead of composing itself anew)
+            return True if self.session.job is not None else None
         if action == "starter":
             # only while the chat is empty, as the welcome text that shows them
             return not self.session.turns and self.session.job is None

@@ -19,7 +19,8 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
-from textual.widgets import Markdown, OptionList, Static, TextArea
+from textual.widgets import Footer, Markdown, OptionList, Static, TextArea
+from textual.widgets._footer import FooterKey
 
 from speculators.events import GenerationStats, TokenEvent
 
@@ -144,6 +145,13 @@ class ReplyBody(Widget):
         self.reserve = 1
         self._strips: dict[int, Strip] = {}
         self._strip_key: tuple = ()
+        #: a reply that has not written anything yet shows "…" (a flag, not a CSS class: a class
+        #: change re-applies the stylesheet to the node, twice a reply)
+        self.pending = False
+        #: the message's first line, who wrote it: (label, style), drawn here rather than as a
+        #: widget of its own (see :class:`MessageView`); None: no such line
+        self.head: tuple[str, str] | None = None
+        self._head_strip: tuple[tuple, Strip] | None = None
         #: the content width while a render_lines call paints lines (asked once, not per line:
         #: ``size`` walks up to the screen and asks the compositor every time)
         self._paint_width: int | None = None
@@ -164,6 +172,23 @@ class ReplyBody(Widget):
         self.draft_styles = styles
         self.palette_version = version
         self.refresh()
+
+    def set_head(self, head: tuple[str, str] | None) -> None:
+        if head != self.head:
+            self.head = head
+            self._head_strip = None
+            self.refresh(layout=True)
+
+    @property
+    def top(self) -> int:
+        """Lines above the text (the head's)."""
+        return 0 if self.head is None else 1
+
+    def set_pending(self, pending: bool) -> None:
+        if pending != self.pending:
+            self.pending = pending
+            self._strips.pop(0, None)
+            self.refresh()
 
     def set_text(self, text: str) -> None:
         self._text = text
@@ -240,7 +265,7 @@ class ReplyBody(Widget):
             # the text grew within the lines it has room for: repaint the lines it changed alone
             # (a whole-widget refresh renders every visible line again, at each token)
             first = max(0, n_lines - 1)
-            self.refresh(Region(0, first, max(1, self.size.width), max(1, len(self._lines) - first)))
+            self.refresh(Region(0, self.top + first, max(1, self.size.width), max(1, len(self._lines) - first)))
 
     # -- wrapping ------------------------------------------------------------------
     def _ensure_wrapped(self, width: int) -> None:
@@ -283,7 +308,7 @@ class ReplyBody(Widget):
 
     def get_content_height(self, container, viewport, width: int) -> int:
         self._ensure_wrapped(width)
-        return self._height(len(self._lines))
+        return self.top + self._height(len(self._lines))
 
     # -- rendering -------------------------------------------------------------
     def _palette(self) -> tuple[int, Mapping[str, Style]]:
@@ -335,12 +360,16 @@ class ReplyBody(Widget):
         if key != self._strip_key:
             self._strip_key = key
             self._strips.clear()
+        if self.head is not None:
+            if y == 0:
+                return self._render_head(width, version)
+            y -= 1
         strip = self._strips.get(y)
         if strip is not None:
             return strip
         base = self.visual_style
         if y >= len(self._lines):
-            if y == 0 and self.has_class("-pending"):
+            if y == 0 and self.pending:
                 content = Content.styled("…", "dim")
             else:
                 return Strip.blank(width, base.rich_style)
@@ -350,6 +379,18 @@ class ReplyBody(Widget):
         strip = Strip(content.render_segments(base)).extend_cell_length(width, base.rich_style) \
             .crop(0, width)
         self._strips[y] = strip
+        return strip
+
+    def _render_head(self, width: int, version: int) -> Strip:
+        assert self.head is not None
+        base = self.visual_style
+        key = (self.head, width, version, self.app.theme, base)
+        if self._head_strip is not None and self._head_strip[0] == key:
+            return self._head_strip[1]
+        label, style = self.head
+        content = Content(label, [Span(0, len(label), Style.parse(style))])
+        strip = Strip(content.render_segments(base)).extend_cell_length(width, base.rich_style).crop(0, width)
+        self._head_strip = (key, strip)
         return strip
 
     def watch_coloured(self) -> None:
@@ -497,6 +538,9 @@ class MessageView(Vertical, can_focus=True):
     MessageView > Markdown > * { margin-bottom: 0; }
     """
 
+    #: the style of the line that says who wrote a message, by role (as ``.msg-head`` in CSS)
+    HEAD_STYLES = {"user": "bold $primary", "assistant": "bold $secondary"}
+
     class CopyRequested(Message):
         """The person asked to copy this message's text."""
 
@@ -523,7 +567,11 @@ class MessageView(Vertical, can_focus=True):
         self.label = label or {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
         self.body = ReplyBody(text=text, tokens=tokens, styles=styles, palette_version=palette_version,
                               probe=probe)
-        self.head = Static(self.label, classes="msg-head")
+        # who wrote it: the first line of the body (a widget fewer a message: every layout of the
+        # screen arranges every widget of the chat, a few times a reply), except in the Markdown
+        # view, where it is a widget of its own above the Markdown (made when first needed)
+        self.body.head = (self.label, self.HEAD_STYLES.get(role, "$text-muted"))
+        self.head: Static | None = None
         self.foot = Static("", classes="msg-foot")
         self._live_height = -1
         self._markdown: Markdown | None = None
@@ -537,9 +585,11 @@ class MessageView(Vertical, can_focus=True):
         return self.body.text
 
     def compose(self) -> ComposeResult:
-        yield self.head
         yield self.body
-        yield self.foot
+        if self.role == "assistant":
+            # (only replies have a line of figures: a widget fewer for the person's messages,
+            # and every layout of the screen arranges every widget of the chat)
+            yield self.foot
 
     def on_mount(self) -> None:
         if self.error:
@@ -552,8 +602,7 @@ class MessageView(Vertical, can_focus=True):
         """The reply begins, with ``reserve`` lines of room (see :attr:`ReplyBody.reserve`)."""
         self.streaming = True
         self.body.reserve = reserve
-        self.add_class("-streaming")
-        self.body.add_class("-pending")
+        self.body.set_pending(True)
         self.foot.update("writing…")
         self._live_height = 1
 
@@ -574,8 +623,7 @@ class MessageView(Vertical, can_focus=True):
     def finish_streaming(self, stats: Mapping[str, Any] | None, finish: str | None, text: str | None = None) -> None:
         self.streaming = False
         self.body.reserve = 1
-        self.remove_class("-streaming")
-        self.body.remove_class("-pending")
+        self.body.set_pending(False)
         self.stats = dict(stats) if stats else None
         self.finish = finish
         self.status = "cancelled" if finish == "cancelled" else "done"
@@ -593,8 +641,7 @@ class MessageView(Vertical, can_focus=True):
         self.streaming = False
         self.body.reserve = 1
         self.error = error
-        self.remove_class("-streaming")
-        self.body.remove_class("-pending")
+        self.body.set_pending(False)
         self.add_class("-error")
         if not self.body.text:
             self.body.set_text(error)
@@ -603,7 +650,6 @@ class MessageView(Vertical, can_focus=True):
 
     def _update_foot(self) -> None:
         if self.role != "assistant":
-            self.foot.display = False
             return
         if self.streaming:
             return
@@ -624,6 +670,10 @@ class MessageView(Vertical, can_focus=True):
         self.markdown = markdown
         self.body.coloured = coloured
         if markdown and self.role == "assistant" and not self.error:
+            if self.head is None:
+                self.head = Static(self.label, classes="msg-head")
+                self.mount(self.head, before=self.body)
+            self.head.display = True
             if self._markdown is None:
                 self._markdown = Markdown("")
                 self.mount(self._markdown, after=self.body)
@@ -634,6 +684,8 @@ class MessageView(Vertical, can_focus=True):
         else:
             if self._markdown is not None:
                 self._markdown.display = False
+            if self.head is not None:
+                self.head.display = False
             self.body.display = True
 
     def set_palette(self, styles: Mapping[str, Style], version: int) -> None:
@@ -875,6 +927,57 @@ class StarterList(OptionList):
             event.stop()
             event.prevent_default()
             self.action_leave(event)
+
+
+class KeyBar(Footer):
+    """The key bar: Textual's footer, except that where only which keys are enabled changed
+    (Esc's Stop and Ctrl+R's Regenerate, as each reply starts and ends), it dims and lights
+    its keys in place.
+
+    Textual's footer composes itself anew whenever the screen's bindings may have changed: new
+    key widgets, styled and laid out, and with them the whole screen laid out again. That was
+    twice a reply, ~70 ms of the UI's CPU a reply in a chat of 30 exchanges (taken, on 2 cores,
+    from the model's threads). It still composes anew when the keys shown, their order or
+    their labels change (a focused message adds its own)."""
+
+    def _shown(self) -> tuple[tuple, dict[tuple[str, str], tuple[bool, str]]]:
+        """What the bar shows (keys, actions, labels, groups, in order) and, per key, whether
+        it is enabled and its tooltip."""
+        shown: list[tuple] = []
+        state: dict[tuple[str, str], tuple[bool, str]] = {}
+        for _node, binding, enabled, tooltip in self.screen.active_bindings.values():
+            if not binding.show:
+                continue
+            shown.append((binding.key, binding.action, binding.description, id(binding.group),
+                          self.app.get_key_display(binding)))
+            state.setdefault((binding.key, binding.action), (enabled, tooltip))
+        return (tuple(shown), self.show_command_palette, self.compact), state
+
+    def compose(self) -> ComposeResult:
+        if self._bindings_ready:
+            self._composed = self._shown()[0]
+        yield from super().compose()
+
+    def bindings_changed(self, screen: Any) -> None:
+        self._bindings_ready = True
+        if not screen.app.app_focus or not self.is_attached or screen is not self.screen:
+            return
+        self.call_after_refresh(self._update_keys)
+
+    def _update_keys(self) -> None:
+        if not self.is_attached:
+            return
+        what, state = self._shown()
+        if what != getattr(self, "_composed", None):
+            self.call_next(self.recompose)
+            return
+        for key in self.query(FooterKey):
+            enabled, tooltip = state.get((key.key, key.action), (not key._disabled, key.tooltip))
+            if key._disabled == enabled:
+                key._disabled = not enabled
+                key.set_class(not enabled, "-disabled")
+            if tooltip and key.tooltip != tooltip:
+                key.tooltip = tooltip
 
 
 class OneLine(Static):
