@@ -20,7 +20,11 @@ from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
 from textual.widgets import Footer, Markdown, OptionList, Static, TextArea
-from textual.widgets._footer import FooterKey
+
+try:    # (not exported by Textual: without it the key bar composes itself anew, as Textual's does)
+    from textual.widgets._footer import FooterKey
+except ImportError:     # pragma: no cover
+    FooterKey = None
 
 from speculators.events import GenerationStats, TokenEvent
 
@@ -172,12 +176,6 @@ class ReplyBody(Widget):
         self.draft_styles = styles
         self.palette_version = version
         self.refresh()
-
-    def set_head(self, head: tuple[str, str] | None) -> None:
-        if head != self.head:
-            self.head = head
-            self._head_strip = None
-            self.refresh(layout=True)
 
     @property
     def top(self) -> int:
@@ -940,6 +938,9 @@ class KeyBar(Footer):
     from the model's threads). It still composes anew when the keys shown, their order or
     their labels change (a focused message adds its own)."""
 
+    #: what the bar showed when it was last composed (:meth:`_shown`)
+    _composed: tuple | None = None
+
     def _shown(self) -> tuple[tuple, dict[tuple[str, str], tuple[bool, str]]]:
         """What the bar shows (keys, actions, labels, groups, in order) and, per key, whether
         it is enabled and its tooltip."""
@@ -968,16 +969,19 @@ class KeyBar(Footer):
         if not self.is_attached:
             return
         what, state = self._shown()
-        if what != getattr(self, "_composed", None):
+        if FooterKey is None or what != self._composed:
             self.call_next(self.recompose)
             return
-        for key in self.query(FooterKey):
-            enabled, tooltip = state.get((key.key, key.action), (not key._disabled, key.tooltip))
-            if key._disabled == enabled:
-                key._disabled = not enabled
-                key.set_class(not enabled, "-disabled")
-            if tooltip and key.tooltip != tooltip:
-                key.tooltip = tooltip
+        try:
+            for key in self.query(FooterKey):
+                enabled, tooltip = state.get((key.key, key.action), (not key._disabled, key.tooltip))
+                if key._disabled == enabled:
+                    key._disabled = not enabled
+                    key.set_class(not enabled, "-disabled")
+                if tooltip and key.tooltip != tooltip:
+                    key.tooltip = tooltip
+        except AttributeError:      # pragma: no cover (a Textual whose keys are made otherwise)
+            self.call_next(self.recompose)
 
 
 class OneLine(Static):
