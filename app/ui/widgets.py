@@ -522,9 +522,7 @@ class MessageView(Vertical, can_focus=True):
         padding: 0 1;
         margin: 0 0 1 0;
     }
-    MessageView > .msg-head { color: $text-muted; height: 1; }
-    MessageView.-user > .msg-head { color: $primary; text-style: bold; }
-    MessageView.-assistant > .msg-head { color: $secondary; text-style: bold; }
+    MessageView > .msg-head { height: 1; }
     MessageView.-user { border-left: outer $primary 50%; }
     MessageView.-assistant { border-left: outer $secondary 40%; }
     MessageView:focus { background: $boost; }
@@ -536,7 +534,8 @@ class MessageView(Vertical, can_focus=True):
     MessageView > Markdown > * { margin-bottom: 0; }
     """
 
-    #: the style of the line that says who wrote a message, by role (as ``.msg-head`` in CSS)
+    #: the style of the line that says who wrote a message, by role (the body's first line, or
+    #: in the Markdown view the head widget above the Markdown)
     HEAD_STYLES = {"user": "bold $primary", "assistant": "bold $secondary"}
 
     class CopyRequested(Message):
@@ -669,7 +668,7 @@ class MessageView(Vertical, can_focus=True):
         self.body.coloured = coloured
         if markdown and self.role == "assistant" and not self.error:
             if self.head is None:
-                self.head = Static(self.label, classes="msg-head")
+                self.head = Static(Content.styled(*self.body.head), classes="msg-head")
                 self.mount(self.head, before=self.body)
             self.head.display = True
             if self._markdown is None:
