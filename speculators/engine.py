@@ -27,10 +27,12 @@ from __future__ import annotations
 import codecs
 import random
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import llama_cpp as lc
+import numpy as np
 
 from .base import DraftRequest
 from .chain import SpeculatorChain
@@ -63,6 +65,12 @@ class EngineConfig:
     force_checkpoints: bool = False
     #: reuse the KV cache of a common prompt prefix between generations
     reuse_prefix: bool = True
+    #: prompts whose state after the prefill is kept (the most recently used), so that running
+    #: the same prompt again restores that state instead of decoding the prompt anew: bench's
+    #: rounds and rows, which each start from a fresh prefill. The same memory and logits as
+    #: the prefill's, so the same text; only where the prefix is not reused and no drafter
+    #: reads the target's hidden states during the prefill; 0: none kept
+    prompt_states: int = 0
     #: load the target's NextN/MTP layers (None: when the initial spec asks for draft-mtp,
     #: or is ``auto`` and the model has MTP heads)
     load_mtp: bool | None = None
@@ -192,6 +200,11 @@ class Engine:
         #: checkpoint: common_speculative_get_state in create_checkpoint)
         self._prefix_ckpts: list[tuple[int, bytearray, bytes | None, SpeculatorChain | None]] = []
         self._step_ckpt: bytearray | None = None
+        #: prompt -> (the target's state after its prefill, the logits it ended with), see
+        #: EngineConfig.prompt_states
+        self._prompt_states: OrderedDict[tuple[int, ...], tuple[bytearray, np.ndarray]] = OrderedDict()
+        #: prefills served from a kept prompt state (see EngineConfig.prompt_states)
+        self.n_prompt_states_used = 0
         self.spec = spec or SpecParams()
         self.chain: SpeculatorChain | None = None
         #: the next prefill decodes the whole prompt (see set_spec)
@@ -358,6 +371,11 @@ class Engine:
         finally:
             sampler.close()
 
+    def prefill(self, prompt: Sequence[int]) -> int:
+        """Decode ``prompt`` into the context as a generation would start (its last logits
+        readable); returns the tokens of it reused from the context."""
+        return self._prefill(list(prompt))
+
     def _prefill(self, prompt: list[int]) -> int:
         """Decode the prompt, reusing a cached prefix; returns tokens reused."""
         keep = 0
@@ -387,6 +405,10 @@ class Engine:
                         if ck[2] is not None and ck[3] is self.chain and self.chain is not None:
                             self.chain.set_state(ck[2])
         self._prefix_ckpts = [c for c in self._prefix_ckpts if c[0] <= keep] if keep else []
+        kept = keep == 0 and self._prompt_state_applies()
+        if kept and self._restore_prompt_state(prompt):
+            self._refeed = False
+            return 0
         if keep == 0:
             self.ctx.clear()
         elif not self.ctx.seq_rm(keep, -1):
@@ -410,7 +432,43 @@ class Engine:
             raise
         self._refeed = False
         self.kv_tokens = list(prompt)
+        if kept:
+            self._keep_prompt_state(prompt)
         return keep
+
+    def _prompt_state_applies(self) -> bool:
+        """Whether a prefill from scratch may be kept and restored (EngineConfig.prompt_states):
+        not on a checkpointed target (its prompt is cut and checkpointed as it is decoded), nor
+        with a drafter that reads the target's outputs as the prompt is decoded."""
+        return self.config.prompt_states > 0 and not self.use_checkpoints and not self.ctx.decode_hooks
+
+    def _restore_prompt_state(self, prompt: list[int]) -> bool:
+        key = tuple(prompt)
+        kept = self._prompt_states.get(key)
+        if kept is None:
+            return False
+        state, logits = kept
+        self.ctx.clear()
+        try:
+            self.ctx.state_set(state, partial=False)
+            ok = self.ctx.put_last_logits(logits)
+        except Exception:
+            ok = False
+        if not ok:
+            self.ctx.clear()
+            self._prompt_states.pop(key, None)
+            return False
+        self._prompt_states.move_to_end(key)
+        self.kv_tokens = list(prompt)
+        self.n_prompt_states_used += 1
+        return True
+
+    def _keep_prompt_state(self, prompt: list[int]) -> None:
+        key = tuple(prompt)
+        self._prompt_states[key] = (self.ctx.state_get(partial=False), np.array(self.ctx.logits(-1)))
+        self._prompt_states.move_to_end(key)
+        while len(self._prompt_states) > self.config.prompt_states:
+            self._prompt_states.popitem(last=False)
 
     #: a checkpointed target decodes its prompt's last tokens on their own, as llama-server does,
     #: and keeps a context checkpoint before them (the next turn's prompt usually agrees up to there)
@@ -705,6 +763,7 @@ class Engine:
         return result
 
     def close(self) -> None:
+        self._prompt_states.clear()
         if self.chain is not None:
             self.chain.close()
             self.chain = None

@@ -457,6 +457,8 @@ class Context:
         #: :meth:`decode` (one call per n_batch chunk), while that chunk's outputs
         #: (logits, embeddings) are still readable; used by hidden-state drafters
         self.decode_hooks: list = []
+        #: output rows of the last llama_decode call (its logits are readable while > 0)
+        self.n_outputs = 0
 
     # -- decoding ------------------------------------------------------------
     def decode(self, tokens: Sequence[int], pos0: int, logits: str = "last") -> None:
@@ -489,10 +491,30 @@ class Context:
                 if rc == 1:
                     raise ContextFull("no KV-cache slot for the batch (context full)")
                 raise DecodeError(f"llama_decode failed with code {rc}: {_last_errors()}")
+            self.n_outputs = m if logits == "all" else int(logits == "last" and last_chunk)
             for hook in self.decode_hooks:
                 hook(chunk, pos0 + start)
             start += m
         self._logits_cache.clear()
+
+    def put_last_logits(self, values: np.ndarray) -> bool:
+        """Write ``values`` into the last output row, as if the last decode had made them.
+
+        For a state restored with :meth:`state_set`: llama.cpp's sequence state holds the
+        memory, not the outputs, so the logits the restored decode ended with are kept beside
+        it and written back here (into the row the last decode left; False where it left none).
+        """
+        if self.n_outputs <= 0:
+            return False
+        ptr = lc.llama_get_logits_ith(self.ptr, -1)
+        if not ptr:
+            return False
+        src = np.ascontiguousarray(values, dtype=np.float32)
+        if src.shape != (self.n_vocab,):
+            raise ValueError(f"expected {self.n_vocab} logits, not {src.shape}")
+        ctypes.memmove(ptr, src.ctypes.data, src.nbytes)
+        self._logits_cache.clear()
+        return True
 
     def logits(self, i: int) -> np.ndarray:
         """Logits of output row ``i`` (-1: the last), as a read-only numpy view."""

@@ -133,11 +133,20 @@ def q2k_model_path(pytestconfig, default_model_path) -> Path:
     return _quantized(pytestconfig, default_model_path, "gemma-3-270m-q2_k.gguf", lc.LLAMA_FTYPE_MOSTLY_Q2_K)
 
 
+#: prompt states the session's engines keep: every prompt the tests run on them more than once
+PROMPT_STATES = 24
+
+
 @pytest.fixture(scope="session")
 def f16_engine(f16_model_path):
-    """One F16 engine for the whole session (greedy lossless tests)."""
+    """One F16 engine for the whole session (greedy lossless tests).
+
+    Every run starts from its prompt's fresh prefill: decoded the first time, restored after
+    that (EngineConfig.prompt_states, the same memory and logits: tests/test_prompt_states.py).
+    """
     from speculators.engine import Engine, EngineConfig
-    eng = Engine(str(f16_model_path), EngineConfig(n_ctx=4096, n_threads=2, reuse_prefix=False))
+    eng = Engine(str(f16_model_path), EngineConfig(n_ctx=4096, n_threads=2, reuse_prefix=False,
+                                                   prompt_states=PROMPT_STATES))
     yield eng
     eng.close()
 
@@ -145,6 +154,7 @@ def f16_engine(f16_model_path):
 @pytest.fixture(scope="session")
 def q4_engine(default_model_path):
     from speculators.engine import Engine, EngineConfig
-    eng = Engine(str(default_model_path), EngineConfig(n_ctx=4096, n_threads=2, reuse_prefix=False))
+    eng = Engine(str(default_model_path), EngineConfig(n_ctx=4096, n_threads=2, reuse_prefix=False,
+                                                       prompt_states=PROMPT_STATES))
     yield eng
     eng.close()
