@@ -220,9 +220,16 @@ def decide(mode: str = "auto", model_path: str | None = None,
         model_path = str(ensure_default_model(progress))
     if progress is not None:
         progress(0, 0, "probe")
+    d = probe_decision(model_path)
+    if d.source == "probed now":
+        _write_cache(k, d.probe, d.mode, d.detail)
+    return d
+
+
+def probe_decision(model_path: str) -> Decision:
+    """What :func:`decide` decides by probing now, kept nowhere (the tests' own answer for this CPU)."""
     r = probe(model_path)
     if r.ok:
-        _write_cache(k, r, "on", r.detail)
         return Decision("on", "probed now", r.detail, r)
     if not _crashed(r):
         # the probe could not run (a Python error, a time-out): say so, play safe, probe again next time
@@ -236,15 +243,12 @@ def decide(mode: str = "auto", model_path: str | None = None,
         rr = probe(model_path, mode="repack")
         if rr.ok:
             detail = f"with {', '.join(others)} the probe was {signal_name(r.returncode)}; the repacked weights alone work"
-            _write_cache(k, r, "repack", detail)
             return Decision("repack", "probed now", detail, r, rr)
         if _crashed(rr):
             detail = f"the probe was {signal_name(r.returncode)}, and with the repacked weights alone " \
                      f"{signal_name(rr.returncode)}"
-            _write_cache(k, r, "off", detail)
             return Decision("off", "probed now", detail, r, rr)
         return Decision("off", "probe failed", f"{r.detail}; then {_why(rr)}", r, rr)
-    _write_cache(k, r, "off", r.detail)
     return Decision("off", "probed now", r.detail, r)
 
 

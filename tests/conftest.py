@@ -82,18 +82,19 @@ def default_model_path(pytestconfig) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def cpu_extra_bufts(default_model_path):
-    """Load the tests' models as the app would on this CPU: without llama.cpp's CPU extra buffer
-    types where a throwaway probe process crashes with them (see app.cpu_check; never cached here,
-    so no user folder is touched)."""
+    """Load the tests' models as the app would on this CPU: with llama.cpp's CPU extra buffer types,
+    or where a throwaway probe process crashes with them, with the repacked weights alone where
+    those work, else without any (app.cpu_check's decision, probed here and never cached, so no
+    user folder is touched). The first probe's result (all of them) is what the fixture gives."""
     from app import cpu_check
     from speculators.llama import set_extra_bufts
-    result = cpu_check.probe(str(default_model_path))
-    set_extra_bufts(result.ok)
+    decision = cpu_check.probe_decision(str(default_model_path))
+    set_extra_bufts(decision.mode)
     # the app's own processes started by tests (generate, the chat's runner) use the same answer
     # instead of probing again in each test's fresh cache folder
     saved = os.environ.get(cpu_check.ENV)
-    os.environ[cpu_check.ENV] = "on" if result.ok else "off"
-    yield result
+    os.environ[cpu_check.ENV] = decision.mode
+    yield decision.probe
     set_extra_bufts(True)
     if saved is None:
         os.environ.pop(cpu_check.ENV, None)

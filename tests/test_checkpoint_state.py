@@ -34,7 +34,9 @@ import pytest
 
 from tests.predictable_models import expected_text, write_bigram_qwen35_mtp, write_eagle3_predictor
 # resolved at import, before the tests' private XDG dirs are set (see test_native_llama_cpp)
-from tests.test_native_llama_cpp import BIN, HAVE, _free_port, cpu_flags, wait_healthy
+from tests.test_native_llama_cpp import (  # noqa: F401  (as_llama_server: autouse)
+    BIN, HAVE, _free_port, as_llama_server, cpu_flags, wait_healthy,
+)
 
 #: drafters wrong on these symbols: their drafts are rejected there (partial acceptance)
 WRONG_SOME = "eknuz"

@@ -41,7 +41,7 @@ print("use_extra_bufts", eng.model.use_extra_bufts, flush=True)
 def test_a_probe_that_crashes_chooses_the_fallback_keeps_it_and_the_engine_uses_it(
         monkeypatch, default_model_path, cpu_extra_bufts):
     from speculators import llama as native
-    prev = native.extra_bufts()
+    prev = native.extra_bufts_mode()
     monkeypatch.setenv(cpu_check.SIMULATE_ENV, "segv")
     d = cpu_check.decide("auto", str(default_model_path))
     assert d.use is False and d.source == "probed now" and "SIGSEGV" in d.detail
@@ -215,7 +215,7 @@ def _has_amx() -> bool:
 def test_on_an_amx_build_the_probe_decides_and_the_chat_engine_decodes(default_model_path):
     from app.runtime import open_engine
     from speculators import llama as native
-    prev = native.extra_bufts()
+    prev = native.extra_bufts_mode()
     d = cpu_check.decide("auto", str(default_model_path))
     try:
         eng = open_engine(ModelOptions(model=str(default_model_path), ctx_size=256, threads=2))

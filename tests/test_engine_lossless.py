@@ -154,9 +154,11 @@ def test_q4_divergence_only_at_near_ties(q4_engine):
         top2 = set(np.argsort(logits)[-2:].tolist())
         assert {plain[k], spec[k]} == top2, "the diverging tokens are not the target's top two"
         assert margin < Q4_TIE, f"divergence at {k} is not a near-tie (margin {margin:.3f})"
-    # the speculative path was taken (drafts verified in batches and accepted), and most
-    # prompts do not meet a near-tie at all
-    assert accepted > 0 and same >= 3
+    # the speculative path was taken (drafts verified in batches and accepted), and some
+    # prompts do not meet a near-tie at all. How many do is the kernels' doing, not the
+    # engine's: measured on the AMX VM, 3 of these 6 with llama.cpp's plain CPU kernels, 2 with
+    # the repacked-weight ones the app loads there (the others part at positions 1-32)
+    assert accepted > 0 and same >= 1
 
 
 def test_events_stream_in_order_and_finish_once(f16_engine, f16_prompts):

@@ -26,7 +26,7 @@ from tests.predictable_models import (
     write_eagle3_predictor,
 )
 # resolved at import, before the tests' private XDG dirs are set (see test_native_llama_cpp)
-from tests.test_native_llama_cpp import HAVE, _native_completion
+from tests.test_native_llama_cpp import HAVE, _native_completion, as_llama_server  # noqa: F401  (autouse)
 
 N_PREDICT = 32
 PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog", "speculative decoding is fun"]

@@ -19,7 +19,7 @@ import pytest
 from tests.hidden_models import (  # noqa: F401  (session fixtures)
     dflash_path, dspark_path, eagle3_path, hidden_models_dir, llama_target_path, qwen35_mtp_path,
 )
-from tests.test_native_llama_cpp import HAVE, _native_completion
+from tests.test_native_llama_cpp import HAVE, _native_completion, as_llama_server  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.skipif(not HAVE, reason="native llama.cpp not built; run python tools/native.py build")
 

@@ -12,6 +12,7 @@ Skipped where the binaries are not built; ``DRAFTLIGHT_NATIVE_DIR`` says where t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import importlib.util
@@ -113,6 +114,29 @@ def cpu_flags(model: Path) -> tuple[str, ...]:
     """
     from app import cpu_check
     return () if cpu_check.decide("auto", str(model)).use else ("--no-repack",)
+
+
+@contextlib.contextmanager
+def loaded_as_llama_server():
+    """Models loaded meanwhile use the CPU's extra buffer types as llama-server does here
+    (:func:`cpu_flags`: all of them, or none with --no-repack): where the app keeps the repacked
+    weights alone (an AMX CPU whose AMX kernels crash), llama-server has no such choice, and the
+    quantized weights of a comparison must run the same kernels on both sides."""
+    from speculators.llama import extra_bufts_mode, set_extra_bufts
+    prev = extra_bufts_mode()
+    set_extra_bufts("on" if prev == "on" else "off")
+    try:
+        yield
+    finally:
+        set_extra_bufts(prev)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def as_llama_server():
+    """The module's own models load as llama-server loads them (:func:`loaded_as_llama_server`);
+    modules that hold the engine against llama-server import this fixture."""
+    with loaded_as_llama_server():
+        yield
 
 
 def _free_port() -> int:
