@@ -980,3 +980,32 @@ async def test_nothing_animates_out_of_sight_once_the_model_is_loaded():
         animated = [w for w in app.screen.query("*") if getattr(w, "auto_refresh", None)]
         assert animated == []
         assert app.query_one("#load-bar", ProgressBar).auto_refresh is None
+
+
+async def test_the_palettes_screenshot_is_saved_where_the_downloads_folder_did_not_exist(monkeypatch, tmp_path):
+    import app.ui.app as ui_app
+    folder = tmp_path / "no such" / "Downloads"
+    monkeypatch.setattr(ui_app, "downloads_folder", lambda: folder)
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        (shot,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
+        shot.callback()
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if any("Saved screenshot" in n.message for n in app._notifications):
+                break
+        saved = list(folder.glob("*.svg"))
+        assert len(saved) == 1 and saved[0].read_text().startswith("<svg")
+        assert not any("Failed" in n.message for n in app._notifications)
+        # where the folder cannot be made, the reason is said
+        blocker = tmp_path / "a file"
+        blocker.write_text("")
+        monkeypatch.setattr(ui_app, "downloads_folder", lambda: blocker / "Downloads")
+        shot.callback()
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if any("Cannot save" in n.message for n in app._notifications):
+                break
+        assert any("Cannot save the screenshot in" in n.message and "a file" in n.message
+                   for n in app._notifications), [n.message for n in app._notifications]

@@ -178,6 +178,12 @@ class LagProbe:
         self.lags.setdefault(index, lag)
 
 
+def downloads_folder() -> Path:
+    """Where Textual saves screenshots (the platform's Downloads folder)."""
+    from platformdirs import user_downloads_path
+    return user_downloads_path()
+
+
 class DraftlightApp(App[int]):
     """Chat with a local model; drafted tokens light up in their speculator's colour."""
 
@@ -1166,6 +1172,20 @@ class DraftlightApp(App[int]):
 
     def on_unmount(self) -> None:
         self.session.close()
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Textual's screenshot (the palette's "Screenshot"), into a folder that exists: Textual
+        saves it to the Downloads folder, which a fresh or headless machine may not have, and
+        then says no more than "Failed to save screenshot"."""
+        folder = Path(path).expanduser() if path else downloads_folder()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self.notify(f"Cannot save the screenshot in {folder}: {e.strerror or e}", title="Screenshot",
+                        severity="error")
+            return None
+        return super().deliver_screenshot(filename, str(folder), time_format)
 
     # -- command palette -------------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
