@@ -20,7 +20,17 @@ def test_a_copy_that_reaches_the_end_of_the_message_is_verified_no_further(defau
     from app.runtime import open_engine
     from speculators.params import SpecParams
 
-    eng = open_engine(ModelOptions(model=str(default_model_path), threads=2), SpecParams.auto())
+    from speculators.controller import ControllerParams
+    from speculators.costcurve import CostCurve
+
+    eng = open_engine(ModelOptions(model=str(default_model_path), threads=2), SpecParams())
+    # a verify-cost curve where long drafts pay, given (not measured, nor refined by the steps'
+    # times): how long a draft is worth verifying is the machine's (on the AMX VM, with the
+    # repacked weights, a 16-token verify costs ~6 one-token steps, and a curve measured on a busy
+    # moment may cut this copy's drafts to 8); what is tested is where the draft stops
+    eng.controller_params = ControllerParams(online_cost=False)
+    eng.cost_curve = CostCurve({k: 1.0 + 0.1 * k for k in range(65)}, t1_s=0.025)
+    eng.set_spec(SpecParams.auto())
     try:
         verified: list[list[int]] = []
         decide = controller_mod.Controller.decide
