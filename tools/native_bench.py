@@ -88,7 +88,15 @@ def main() -> int:
     from speculators.params import SpecParams
     from speculators.sampling import SamplingParams
 
-    apply("auto")   # both sides load without the CPU's extra buffer types where they crash here
+    # both sides load without the CPU's extra buffer types where they crash here: llama-server's
+    # --no-repack has no repacked-weights-only choice (the app's on an AMX CPU whose AMX kernels
+    # crash), so the engine then loads without any too, the same kernels as the server's
+    d = apply("auto")
+    if d.mode == "repack":
+        from speculators.llama import set_extra_bufts
+        set_extra_bufts("off")
+        print("native_bench: both sides without the CPU's extra buffer types (llama-server cannot keep "
+              "the repacked weights alone)", file=sys.stderr)
     prompt = Path(a.prompt_file).read_text() if a.prompt_file else (
         "The lighthouse keeper climbed the hundred and twelve steps every evening at dusk. "
         "Repeat the sentence above exactly.\n\n")
