@@ -480,8 +480,11 @@ class RunnerEngine:
         return self._result
 
     def _exchange(self, msg: tuple, progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None) -> Iterator[Any]:
-        """Send ``msg``; yield the events that come back; leave ``(value, snapshot)`` in ``_result``."""
+                  cancel: Callable[[], bool] | None = None, may_stick: bool = True) -> Iterator[Any]:
+        """Send ``msg``; yield the events that come back; leave ``(value, snapshot)`` in ``_result``.
+
+        Once ``cancel()`` says so the runner is told to stop; unless ``may_stick`` is false, one
+        that has not ended the request :attr:`GRACE_S` later is taken for stuck."""
         conn = self._conn
         self._request_seq = self._log_seq
         try:
@@ -505,7 +508,7 @@ class RunnerEngine:
                         cancel_sent = now
                         with contextlib.suppress(OSError), self._send_lock:
                             conn.send(("cancel",))
-                    elif now - cancel_sent > self.GRACE_S:
+                    elif may_stick and now - cancel_sent > self.GRACE_S:
                         raise _StuckAfterCancel()
                 if self._proc is not None and self._proc.poll() is not None and not conn.poll(0):
                     raise self._died()
@@ -631,6 +634,16 @@ class RunnerEngine:
                 events.close()
                 self._generating = False
             self._crashes.clear()
+
+    def warm(self, prompt: Sequence[int], cancel: Callable[[], bool] | None = None) -> int:
+        """Read ``prompt`` ahead of a reply (see :meth:`speculators.engine.Engine.warm`); a
+        ``cancel()`` that says so stops it between pieces (it is never killed for being slow to
+        stop: it is reading, and ends soon)."""
+        with self._lock:
+            self._ensure()
+            for _ in self._exchange(("call", "warm", (list(prompt),), {}), cancel=cancel, may_stick=False):
+                pass
+            return self._result[0]
 
     def stop(self) -> None:
         """Ask the reply in progress to stop now (from any thread; the reply's ``cancel`` callable
@@ -964,6 +977,10 @@ class _Runner:
     def do_build_static(self, files: list[str]) -> Any:
         self.cancel.clear()
         return self.store.build_static(files, progress=self.progress, cancel=self.cancel.is_set)
+
+    def do_warm(self, prompt: list[int]) -> int:
+        self.cancel.clear()
+        return self.engine.warm(prompt, cancel=self.cancel.is_set)
 
     def do_lab_cost_curve(self, n_max: int) -> list[float]:
         return self.engine.lab_cost_curve(n_max)

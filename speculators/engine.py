@@ -376,6 +376,47 @@ class Engine:
         readable); returns the tokens of it reused from the context."""
         return self._prefill(list(prompt))
 
+    #: tokens read per piece by :meth:`warm` (a stop is seen between pieces)
+    WARM_PIECE = 256
+
+    def warm(self, prompt: Sequence[int], cancel: Callable[[], bool] | None = None) -> int:
+        """Read ``prompt`` into the context ahead of a generation that will start with it, as
+        that generation's start would (the target's prefill, the drafters told), so that its
+        prompt is then a reused prefix: a chat reads its conversation while the person types.
+        Returns the tokens read now (0 where the context already held them).
+
+        It reads :attr:`WARM_PIECE` tokens at a time and stops between pieces once ``cancel()``
+        says so; what it read by then is kept and reused like any prefix. The next
+        generation reads the rest of its prompt, so the reply is the one it would have been
+        with its whole prompt read then, up to how the prompt is batched (on quantized weights
+        a near-tie may fall the other way, as in any later turn of a chat).
+
+        >>> # engine.warm(engine.prompt_tokens(messages=[]))   # the transcript's fixed start
+        """
+        prompt = list(prompt)
+        chain = self.chain
+        if not prompt or chain is None or len(prompt) >= self.ctx.n_ctx:
+            return 0
+        kv = self.kv_tokens
+        have = 0
+        m = min(len(kv), len(prompt))
+        while have < m and kv[have] == prompt[have]:
+            have += 1
+        if have >= len(prompt) - 1 and not self._refeed:
+            return 0          # a generation would decode only the prompt's last token
+        read = 0
+        end = 0 if self._refeed else have
+        while end < len(prompt):
+            if cancel is not None and cancel():
+                break
+            end = min(len(prompt), end + self.WARM_PIECE)
+            piece = prompt[:end]
+            keep = self._prefill(piece)
+            chain.begin(piece)
+            chain.process(piece[keep:], keep)
+            read += end - keep
+        return read
+
     def _prefill(self, prompt: list[int]) -> int:
         """Decode the prompt, reusing a cached prefix; returns tokens reused."""
         keep = 0
