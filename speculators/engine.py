@@ -390,8 +390,6 @@ class Engine:
         generation reads the rest of its prompt, so the reply is the one it would have been
         with its whole prompt read then, up to how the prompt is batched (on quantized weights
         a near-tie may fall the other way, as in any later turn of a chat).
-
-        >>> # engine.warm(engine.prompt_tokens(messages=[]))   # the transcript's fixed start
         """
         prompt = list(prompt)
         chain = self.chain
