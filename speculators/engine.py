@@ -863,6 +863,8 @@ class ReplyBuilder:
         self.model = model
         self.stop = [s for s in stop if s]
         self.max_hold = max((len(s) for s in self.stop), default=1) - 1
+        #: every start of a stop string (what a text may end with while one forms)
+        self._starts = {s[:k] for s in self.stop for k in range(1, len(s) + 1)}
         self.max_tokens = max_tokens
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._text = ""
@@ -968,10 +970,9 @@ class ReplyBuilder:
         return n
 
     def _partial_stop_len(self) -> int:
-        t = self._text
+        t, starts = self._text, self._starts
         for k in range(min(self.max_hold, len(t)), 0, -1):
-            tail = t[-k:]
-            if any(s.startswith(tail) for s in self.stop):
+            if t[-k:] in starts:
                 return k
         return 0
 
