@@ -142,6 +142,11 @@ class Speculator:
     """Base class: every hook exists and does nothing unless overridden."""
 
     type: ClassVar[SpecType] = SpecType.NONE
+    #: a drafter that proposes only where the context's last ``context_key`` tokens (the
+    #: sampled one included) occurred earlier in the context, as an exact n-gram lookup of the
+    #: context alone does: the adaptive controller, which follows how far the context repeats
+    #: itself, does not ask it where it cannot have anything (0: it may, from what it keeps)
+    context_key: int = 0
 
     def __init__(self, n_max: int):
         #: maximum draft length after implementation-specific limits

@@ -1235,6 +1235,13 @@ class Controller:
                     self._matcher.sync(hist)
                     m_ctx = self._matcher.match(int(req.id_last))
                 depth = max(depth, m_ctx - MATCH_SLACK)
+                if m_ctx < spec.context_key <= MATCH_CAP:
+                    # its key does not occur earlier in the context: it has nothing to propose
+                    st.potential = 0.0
+                    st.run = 0
+                    s.n_calls_saved += 1
+                    per["calls_saved"] += 1
+                    continue
             k_pot, g_pot = self._potential(st, n_max, depth)
             st.potential = g_pot
             # a drafter measured too dear to pay is only asked at its probes, which measure it

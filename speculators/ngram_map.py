@@ -462,6 +462,7 @@ class NgramMap(Speculator):
         super().__init__(n_max=size_m)
         self.type = SpecType.NGRAM_MAP_K if key_only else SpecType.NGRAM_MAP_K4V  # type: ignore[misc]
         self.map = NgramMapState(size_n, size_m, key_only, min_hits)
+        self.context_key = size_n      # keys are positions of the history: a hit is a repeat in it
         #: how much of the last draft was verified, when the controller cut it
         self._cut: int | None = None
 

@@ -246,6 +246,7 @@ class NgramSimple(Speculator):
         super().__init__(n_max=size_m)
         self.size_n = size_n
         self.size_m = size_m
+        self.context_key = size_n      # the pattern is looked up in the history alone
         self._hist = TokenHistory()
 
     def begin(self, prompt: Sequence[int]) -> None:
