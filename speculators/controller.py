@@ -855,11 +855,12 @@ class Controller:
     def __init__(self, chain, cost: CostCurve | CostModel, params: ControllerParams | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         self.chain = chain
-        #: how many of a draft's tokens could still be part of the reply (the engine sets it for
-        #: each generation: through the draft's first end-of-generation token or the token that
-        #: completes a stop string; the reply ends there if they are accepted, so what follows
-        #: could only cost a verify). A lookup drafter that has followed a copy to the end of
-        #: the person's message drafts on into the template's turn end and the copy again.
+        #: how many of a draft's tokens are worth verifying (the engine sets it for each
+        #: generation: those before the draft's first end-of-generation token or the token that
+        #: completes a stop string; the reply would end there, a token the verify brings itself,
+        #: so it and what follows could only cost a verify). A lookup drafter that has followed
+        #: a copy to the end of the person's message drafts on into the template's turn end and
+        #: the copy again; at the end of a reply one drafts the transcript's "User:".
         self.useful: Callable[[Sequence[int]], int] | None = None
         #: whether a token ends a sentence (the engine sets it from the model's vocabulary; see
         #: :class:`BoundaryModel`); None: no boundary is known
@@ -1326,7 +1327,9 @@ class Controller:
                 continue
             draft = draft[:n_ask]
             if self.useful is not None:
-                draft = draft[:max(1, self.useful(draft))]
+                draft = draft[:self.useful(draft)]
+                if not draft:
+                    continue    # it drafts the reply's last token: the verify brings that one itself
             if st.by_run:
                 # how deep into a repeated passage this draft's own match is
                 depth = max(run_depth, self._matcher.match(int(req.id_last), int(draft[0])) - MATCH_SLACK)

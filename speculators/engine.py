@@ -925,38 +925,41 @@ class ReplyBuilder:
         return self._release(n), None
 
     def useful(self, draft: Sequence[int]) -> int:
-        r"""How many of ``draft``'s tokens could still be part of the reply if accepted: all of
-        them, or through the first end-of-generation token or the token that completes a stop
-        string (the reply ends there).
+        r"""How many of ``draft``'s tokens are worth verifying: those before the token that
+        would end the reply (an end-of-generation token, or the one that completes a stop
+        string), or all of them where none would. That token itself is never worth it: were
+        the ones before it accepted, the verify's own next token is it, and the reply ends in
+        the same step with a batch one shorter; what follows it could only cost a verify.
 
         >>> class M:
         ...     def is_eog(self, t): return t == 0
         ...     def token_bytes(self, t): return {1: b"Hi", 2: b"\n", 3: b"User", 4: b":", 5: b"!",
         ...                                       6: b"Use", 7: b"r:"}[t]
         >>> r = ReplyBuilder(M(), ["\nUser:"], 10)
-        >>> r.useful([5, 1, 5]), r.useful([5, 0, 5]), r.useful([1, 2, 3, 4, 5, 1])
-        (3, 2, 4)
+        >>> r.useful([5, 1, 5]), r.useful([5, 0, 5]), r.useful([0, 5]), r.useful([1, 2, 3, 4, 5, 1])
+        (3, 1, 0, 3)
         >>> _ = r.add(1, None, None), r.add(2, None, None)     # the text ends with a held newline
-        >>> r.useful([3, 4, 5])
-        2
+        >>> r.useful([3, 4, 5]), r.useful([4])
+        (1, 1)
+        >>> _ = r.add(3, None, None)                           # "\nUser" held: ":" would end it
+        >>> r.useful([4, 5])
+        0
         >>> r = ReplyBuilder(M(), ["\nUser:"], 10)
         >>> _ = r.add(2, None, None), r.add(6, None, None)     # a reply shorter than a stop string
         >>> r.useful([7, 5])
-        1
+        0
         """
         n = len(draft)
         for i, t in enumerate(draft):
             if self.model.is_eog(t):
-                n = i + 1
+                n = i
                 break
-        if not self.stop:
+        if not self.stop or n == 0:
             return n
-        # the text the draft would add (an end token adds none) after what may begin a stop
-        # string; where the first stop string ends, the token that holds its last character
-        # (one search per stop string over the joined text: the controller asks this of every
-        # draft, at every step)
-        pieces = [self.model.token_bytes(t).decode("utf-8", "replace") for t in draft[:n]
-                  if not self.model.is_eog(t)]
+        # the text the draft would add after what may begin a stop string; where the first
+        # stop string ends, the token that holds its last character (one search per stop
+        # string over the joined text: the controller asks this of every draft, at every step)
+        pieces = [self.model.token_bytes(t).decode("utf-8", "replace") for t in draft[:n]]
         tail = self._text[-self.max_hold:] if self.max_hold > 0 else ""
         text = tail + "".join(pieces)
         ends = [j + len(s) for s in self.stop if (j := text.find(s)) >= 0]
@@ -966,7 +969,7 @@ class ReplyBuilder:
         for i, piece in enumerate(pieces):
             end += len(piece)
             if end >= first:
-                return i + 1
+                return i
         return n
 
     def _partial_stop_len(self) -> int:
