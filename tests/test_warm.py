@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from app.options import ModelOptions
 from speculators.engine import Engine, EngineConfig
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
@@ -23,8 +22,10 @@ ASK = "Repeat this list exactly: apples, pears, plums, figs, dates, apples, pear
 
 
 @pytest.fixture(scope="module")
-def engine(f16_model_path):
-    eng = Engine(str(f16_model_path), EngineConfig(n_ctx=4096, n_threads=2), SpecParams.auto())
+def engine(f16_model_path, measured_cost_curves):
+    # the run's shared curves: Automatic's verify-cost curve of this model is measured once a run
+    eng = Engine(str(f16_model_path), EngineConfig(n_ctx=4096, n_threads=2, cost_cache_dir=str(measured_cost_curves)),
+                 SpecParams.auto())
     yield eng
     eng.close()
 
