@@ -77,6 +77,17 @@ def extra_bufts_mode() -> str:
     return _extra_bufts
 
 
+def llama_server_mode(mode: str) -> str:
+    """The extra-buffer-type mode llama-server can match: all of them, or none with its
+    ``--no-repack``; it has no repacked-weights-only choice, so a comparison with it that would
+    run "repack" runs "off" on both sides, the same kernels.
+
+    >>> [llama_server_mode(m) for m in ("on", "repack", "off")]
+    ['on', 'off', 'off']
+    """
+    return "on" if _mode(mode) == "on" else "off"
+
+
 @lc.llama_log_callback
 def _log_cb(level, text, _user):  # pragma: no cover - called from C
     try:

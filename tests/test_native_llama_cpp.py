@@ -122,9 +122,9 @@ def loaded_as_llama_server():
     (:func:`cpu_flags`: all of them, or none with --no-repack): where the app keeps the repacked
     weights alone (an AMX CPU whose AMX kernels crash), llama-server has no such choice, and the
     quantized weights of a comparison must run the same kernels on both sides."""
-    from speculators.llama import extra_bufts_mode, set_extra_bufts
+    from speculators.llama import extra_bufts_mode, llama_server_mode, set_extra_bufts
     prev = extra_bufts_mode()
-    set_extra_bufts("on" if prev == "on" else "off")
+    set_extra_bufts(llama_server_mode(prev))
     try:
         yield
     finally:

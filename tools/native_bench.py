@@ -91,10 +91,10 @@ def main() -> int:
     # both sides load without the CPU's extra buffer types where they crash here: llama-server's
     # --no-repack has no repacked-weights-only choice (the app's on an AMX CPU whose AMX kernels
     # crash), so the engine then loads without any too, the same kernels as the server's
+    from speculators.llama import llama_server_mode, set_extra_bufts
     d = apply("auto")
-    if d.mode == "repack":
-        from speculators.llama import set_extra_bufts
-        set_extra_bufts("off")
+    if llama_server_mode(d.mode) != d.mode:
+        set_extra_bufts(llama_server_mode(d.mode))
         print("native_bench: both sides without the CPU's extra buffer types (llama-server cannot keep "
               "the repacked weights alone)", file=sys.stderr)
     prompt = Path(a.prompt_file).read_text() if a.prompt_file else (
