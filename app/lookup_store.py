@@ -92,6 +92,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from speculators.base import common_prefix
 from speculators.ngram_cache import (
     NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC, N_DRAFT, SOURCE_NAMES, CorruptCacheError, LookupCacheError,
     NgramCache, NgramCacheSpeculator, ngram_cache_draft,
@@ -609,10 +610,7 @@ class Learner:
         tokens = [int(t) for t in tokens]
         best, best_i = 0, -1
         for i, seq in enumerate(self._recent):
-            m = min(len(seq), len(tokens))
-            k = 0
-            while k < m and seq[k] == tokens[k]:
-                k += 1
+            k = common_prefix(seq, tokens)
             if k > best:
                 best, best_i = k, i
         if best_i >= 0 and best >= len(self._recent[best_i]):

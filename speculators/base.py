@@ -47,6 +47,20 @@ class DraftRequest:
 
 
 
+def common_prefix(a: Sequence, b: Sequence, limit: int | None = None) -> int:
+    """How many leading items ``a`` and ``b`` share (at most ``limit``): how much of a context
+    that holds ``a`` can stay when it is to hold ``b``.
+
+    >>> common_prefix([1, 2, 3], [1, 2, 4]), common_prefix([1, 2], [1, 2, 3]), common_prefix([1, 2, 3], [1, 2, 3], 1)
+    (2, 2, 1)
+    """
+    m = min(len(a), len(b)) if limit is None else max(0, min(len(a), len(b), limit))
+    k = 0
+    while k < m and a[k] == b[k]:
+        k += 1
+    return k
+
+
 def mean_acceptance_length(n_acc_tokens: int, n_call_accept: int) -> float | None:
     """llama.cpp's ``mean acc len`` (``print_stats``): 1 + accepted draft tokens per verified
     draft; None when no draft was verified. The one definition the footer, F4, bench and the

@@ -30,7 +30,7 @@ import numpy as np
 import llama_cpp as lc
 
 from . import ext
-from .base import DraftRequest
+from .base import DraftRequest, common_prefix
 from .chain import Unavailable, register
 from .hidden_base import _TargetFed, _TokEmbdBatch, _enable_output, _engine_parts, _require, _rows, pick_top_k
 from .llama import Context, Model, ModelError
@@ -232,10 +232,7 @@ class DraftMTP(_TargetFed):
                 # the same history, the same rows before them) are kept: only the rest is decoded
                 k = 0
                 if rewound:
-                    prev = last[1]
-                    m = min(n, len(prev), max(0, self.ctx.pos_max() - pos0 + 1))
-                    while k < m and tokens[k] == prev[k]:
-                        k += 1
+                    k = common_prefix(tokens, last[1], self.ctx.pos_max() - pos0 + 1)
                     if k > 0:
                         self.n_replays_skipped += 1
                 self.ctx.seq_rm(pos0 + k, -1)  # drop the drafts (and anything past the kept cells)

@@ -55,7 +55,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import DraftRequest, Speculator
+from .base import DraftRequest, Speculator, common_prefix
 from .chain import Unavailable, register
 from .compat import check_compatible
 from .descriptor import MODEL, DraftModel, Flag, SpecDescriptor, Setting, declare
@@ -235,10 +235,7 @@ class DraftSimple(Speculator):
         if n <= len(want) and kv == want[:n]:
             common = n
         else:
-            common = 0
-            m = min(n, len(want))
-            while common < m and kv[common] == want[common]:
-                common += 1
+            common = common_prefix(kv, want)
         if common < n:
             if not self.ctx.seq_rm(common, -1):
                 self.ctx.clear()

@@ -34,7 +34,7 @@ from typing import Callable, Iterator, Sequence
 import llama_cpp as lc
 import numpy as np
 
-from .base import DraftRequest
+from .base import DraftRequest, common_prefix
 from .chain import SpeculatorChain
 from .context_shift import ShiftRecord, chain_blockers, plan_shift, shift_context
 from .controller import Controller, ControllerParams, CostModel
@@ -395,11 +395,7 @@ class Engine:
         chain = self.chain
         if not prompt or chain is None or len(prompt) >= self.ctx.n_ctx:
             return 0
-        kv = self.kv_tokens
-        have = 0
-        m = min(len(kv), len(prompt))
-        while have < m and kv[have] == prompt[have]:
-            have += 1
+        have = common_prefix(self.kv_tokens, prompt)
         if have >= len(prompt) - 1 and not self._refeed:
             return 0          # a generation would decode only the prompt's last token
         read = 0
@@ -420,9 +416,7 @@ class Engine:
         keep = 0
         if self.config.reuse_prefix and not self._refeed:
             kv = self.kv_tokens
-            m = min(len(kv), len(prompt) - 1)  # the last prompt token is always decoded
-            while keep < m and kv[keep] == prompt[keep]:
-                keep += 1
+            keep = common_prefix(kv, prompt, len(prompt) - 1)  # the last prompt token is always decoded
             drop = len(kv) - keep
             if self.n_swa > 0 and drop > self.ctx.n_batch // 2:
                 keep = 0  # the sliding-window cache may no longer hold what we'd need
