@@ -196,9 +196,17 @@ class RunnerStopped:
     gave_up: bool = False
 
 
+@dataclass
+class ReadAhead:
+    """The model began (``reading``) or ended reading the conversation ahead of the next reply
+    (:meth:`ChatSession.warm`); at the end, ``tokens``: how many it read."""
+    reading: bool
+    tokens: int = 0
+
+
 SessionEvent = (LoadProgress | EngineReady | EngineFailed | SpecApplied | ReplyProgress
                 | ContextTrimmed | ReplyDone | ReplyFailed | LookupSaved | StaticBuildProgress | StaticBuilt
-                | RunnerStopped)
+                | RunnerStopped | ReadAhead)
 
 
 # ---------------------------------------------------------------------------
@@ -312,6 +320,8 @@ class ChatSession:
         #: the read-ahead of the conversation under way (see :meth:`warm`), and its stop
         self.warming: threading.Thread | None = None
         self._warm_cancel: threading.Event | None = None
+        #: whether the model is reading the conversation ahead now (its ReadAhead events applied)
+        self.reading_ahead = False
 
     # -- threads -------------------------------------------------------------------
     def _start(self, target: Callable[..., None], *args: Any, name: str) -> threading.Thread:
@@ -655,7 +665,12 @@ class ChatSession:
                 n_ctx = _engine_n_ctx(engine)
                 if len(prompt) + reply_room(n_ctx, max_tokens) > n_ctx:
                     return      # the reply will leave older turns out: its prompt starts otherwise
-                engine.warm(prompt, cancel=cancel.is_set)
+                self.post(ReadAhead(True))
+                n_read = 0
+                try:
+                    n_read = engine.warm(prompt, cancel=cancel.is_set) or 0
+                finally:
+                    self.post(ReadAhead(False, n_read))
             except Exception as e:
                 # nothing is lost: the reply reads its prompt itself; a runner that died doing
                 # this is said as one that died between replies (it is started again)
@@ -780,6 +795,9 @@ class ChatSession:
         self.store = ev.store
         self.loading = False
         self.warm()
+
+    def _on_ReadAhead(self, ev: ReadAhead) -> None:
+        self.reading_ahead = ev.reading
 
     def _on_EngineFailed(self, ev: EngineFailed) -> None:
         self.loading = False

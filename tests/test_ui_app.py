@@ -1009,3 +1009,69 @@ async def test_the_palettes_screenshot_is_saved_where_the_downloads_folder_did_n
                 break
         assert any("Cannot save the screenshot in" in n.message and "a file" in n.message
                    for n in app._notifications), [n.message for n in app._notifications]
+
+
+class ReadingEngine(ScriptedEngine):
+    """A scripted engine that reads the conversation ahead (``warm``) until :attr:`release` is set."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.release = threading.Event()
+        self.reads: list[int] = []
+
+    def warm(self, prompt, cancel=None) -> int:
+        self.reads.append(len(prompt))
+        while not self.release.wait(0.01):
+            if cancel is not None and cancel():
+                return 0
+        return len(prompt)
+
+
+def _top_states(app, monkeypatch) -> list[str]:
+    """Every state the top bar is asked to show, in order."""
+    from app.ui.widgets import TopBar
+    shown: list[str] = []
+    real = TopBar.show
+
+    def show(bar, model, spec, state, *a, **kw):
+        shown.append(state)
+        return real(bar, model, spec, state, *a, **kw)
+    monkeypatch.setattr(TopBar, "show", show)
+    return shown
+
+
+async def test_a_long_read_ahead_is_said_in_the_top_bar_and_a_message_sent_meanwhile_waits_for_it(monkeypatch):
+    engine = ReadingEngine(SCRIPT)
+    app, _ = make_app(engine=engine)
+    shown = _top_states(app, monkeypatch)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await ready(pilot, app)
+        await until(pilot, lambda: engine.reads)                 # the model is ready: it reads ahead
+        await until(pilot, lambda: "reading the chat…" in str(app.query_one("TopBar").render()))
+        assert app.session.reading_ahead
+        assert app.send("hi")                                    # taken, and waits for the read-ahead
+        await pilot.pause(0.1)
+        assert app.job is not None and app._views()[-1].text == ""
+        assert "writing…" in str(app.query_one("TopBar").render())
+        engine.release.set()
+        await until(pilot, lambda: app.job is None)
+        assert app._views()[-1].text == SCRIPT_TEXT
+        await until(pilot, lambda: str(app.query_one("TopBar").render()).rstrip().endswith("ready"))
+    assert "reading the chat…" in shown
+
+
+async def test_a_quick_read_ahead_is_not_said(monkeypatch):
+    engine = ReadingEngine(SCRIPT)
+    engine.release.set()                                         # each read-ahead ends at once
+    app, _ = make_app(engine=engine)
+    shown = _top_states(app, monkeypatch)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await ready(pilot, app)
+        await until(pilot, lambda: engine.reads)
+        await pilot.pause(app.READ_AHEAD_SHOWN_AFTER_S + 0.2)   # past the moment a long one is said
+        await send_and_wait(pilot, app)
+        await pilot.press("ctrl+n")                             # a new chat is read ahead too
+        await until(pilot, lambda: len(engine.reads) >= 2)
+        await pilot.pause(app.READ_AHEAD_SHOWN_AFTER_S + 0.2)
+        assert not app.session.reading_ahead
+    assert "ready" in shown and "reading the chat…" not in shown

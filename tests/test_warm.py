@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.session import ReadAhead
 from speculators.engine import Engine, EngineConfig
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
@@ -88,7 +89,10 @@ def test_the_chat_reads_its_conversation_before_the_first_message(tmp_path, defa
         s.warming.join(60)
         start = s.engine.prompt_tokens(messages=s.conversation())
         reply = s.send("What is the capital of France?")
-        drain(s, q, lambda: s.job is None, timeout=120)
+        seen = drain(s, q, lambda: s.job is None, timeout=120)
+        # the chat was told the read-ahead began and what it read (its top bar says so)
+        said = [e for e in seen if isinstance(e, ReadAhead)]
+        assert [e.reading for e in said] == [True, False] and said[-1].tokens == len(start), said
         assert reply.status == "done" and reply.text
         # all of the transcript's start but its last tokens (the reply's own turn begins there)
         assert reply.stats["n_prompt_reused"] >= len(start) - 3, (reply.stats["n_prompt_reused"], len(start))

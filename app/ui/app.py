@@ -231,6 +231,8 @@ class DraftlightApp(App[int]):
         self.colouring: bool = bool(cfg.ui_get("colouring"))
         self.off_view: str = cfg.ui_get("off_view")
         self.state = "loading…"
+        #: when the model began reading the conversation ahead (None: it is not reading)
+        self._read_ahead_since: float | None = None
         self.lag_probe: LagProbe | None = None
         self.draft_styles: dict = {}
         self.themes, self.theme_errors = theme_data.load_all(
@@ -446,9 +448,22 @@ class DraftlightApp(App[int]):
         s = self.session
         types = s.active_types
         spec = (", ".join(types) if types else "no speculation") if s.engine is not None else ""
-        top.show(s.model_label, spec, self.state, s.title, len(types), auto=self._running_auto())
+        top.show(s.model_label, spec, self.shown_state(), s.title, len(types), auto=self._running_auto())
         waiting = s.configured_types if s.engine is None else []
         legend.show(types, self.draft_styles, self.colouring, self.off_view, self._hover, s.skipped, waiting)
+
+    #: a read-ahead of the conversation is said in the top bar once it has taken this long (the
+    #: next turn's usually takes a few milliseconds: the earlier turns are read already)
+    READ_AHEAD_SHOWN_AFTER_S = 0.25
+
+    def shown_state(self) -> str:
+        """The state the top bar shows: :attr:`state`, or, while the chat is ready and the model
+        has been reading the conversation ahead for a moment, that."""
+        since = self._read_ahead_since
+        if (self.state == "ready" and since is not None and self.session.reading_ahead
+                and time.monotonic() - since >= self.READ_AHEAD_SHOWN_AFTER_S - 0.01):
+            return "reading the chat…"
+        return self.state
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._refresh_bars)
@@ -752,6 +767,14 @@ class DraftlightApp(App[int]):
         self._refresh_welcome()
         self._refresh_stats()
         self.refresh_bindings()
+
+    def _ui_ReadAhead(self, ev: sess.ReadAhead) -> None:
+        if ev.reading:
+            self._read_ahead_since = time.monotonic()
+            self.set_timer(self.READ_AHEAD_SHOWN_AFTER_S, self._refresh_bars)
+        else:
+            self._read_ahead_since = None
+            self._refresh_bars()
 
     def _ui_LookupSaved(self, ev: sess.LookupSaved) -> None:
         if ev.info.get("error"):
