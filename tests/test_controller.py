@@ -1034,3 +1034,57 @@ def test_a_drafter_measured_hopeless_is_not_taken_up_when_the_machine_slows_down
         _, ds = run_with_upkeep(ctl, 120, t_step=0.040)
         assert cost.t1_s > 0.030                                    # the slower steps were seen
         assert not any(d.draft for d in ds), [(i, len(d.draft), d.probe) for i, d in enumerate(ds) if d.draft]
+
+
+def short_match_decision(prompt, id_last, draft, short_match=1, seed=0.8):
+    """The decision on ``draft`` for a lookup drafter whose first draft position has been
+    right ``seed`` of the time (20 drafts' worth), on a verify-cost curve where a one-token
+    draft pays from a first-token rate of ~0.34 up."""
+    lookup = Lookup(lambda ctx: list(draft))
+    ctl = controller(lookup, curve=linear(0.3), short_match=short_match)
+    ctl.begin()
+    ctl._state(lookup).model.seed([seed], 20.0)
+    return ctl, ctl.decide(DraftRequest(prompt=prompt, id_last=id_last, pos0=len(prompt), n_max=-1))
+
+
+def test_a_lookup_draft_resting_on_a_one_token_match_is_taken_at_the_rate_such_drafts_have():
+    # "... weekend" -> ".": the pair (20, 30) occurred once, after another token (11, not 12)
+    ctl, d = short_match_decision([10, 11, 20, 30, 12], 20, [30])
+    assert d.draft == [] and d.reason == "skipped", d
+    # the same draft where the context repeats two tokens, or with the rule off, is verified at
+    # the drafter's own rate
+    assert short_match_decision([10, 11, 20, 30, 11], 20, [30])[1].draft == [30]
+    assert short_match_decision([10, 11, 20, 30, 12], 20, [30], short_match=0)[1].draft == [30]
+    # and a cache's memory of other text (the pair not in the context at all) likewise
+    assert short_match_decision([10, 11, 20, 31, 12], 20, [30])[1].draft == []
+
+
+def test_short_match_drafts_that_come_true_are_learned_from_while_unverified():
+    # a drafter whose one-token-key drafts are right: each is only scored (skipped at the
+    # cautious prior), and after a few the rate they show lets them be verified
+    ctx = [10, 11, 20, 30, 12, 20]
+    lookup = Lookup(lambda c: [30] if c[-1] == 20 else [])
+    ctl = controller(lookup, curve=linear(0.3))
+    ctl.begin()
+    st = ctl._state(lookup)
+    st.model.seed([0.8], 20.0)
+    verified, fillers = [], iter(range(40, 1000))
+
+    def step(writes):
+        d = ctl.decide(DraftRequest(prompt=ctx[:-1], id_last=ctx[-1], pos0=len(ctx) - 1, n_max=-1))
+        ids = writes(d)
+        ctl.observe(d, ids)
+        if d.draft:
+            ctl.chain.accept(len(ids) - 1)
+        ctx.extend(ids)
+        return d
+
+    for _ in range(12):
+        # the target writes 30 after each 20, then a new token (the match stays at one token)
+        d = step(lambda d: [30, next(fillers)] if d.draft else [30])
+        verified.append(bool(d.draft))
+        if not d.draft:
+            step(lambda d: [next(fillers)])
+        step(lambda d: [20])
+    assert not verified[0] and verified[-1], verified
+    assert st.short.rate > 0.6, st.short.rate

@@ -3,8 +3,10 @@
 fresh questions.
 
     python tools/bench_mixed.py [-m MODEL] [-n 160] [--rounds 3] [-t 2] [--spec-type T ...]
+                                [--chat tuned|recipe-email|class-shopping]
 
-Plays the same multi-turn conversation (``TURNS``) once per configuration and round, the way
+Plays the same multi-turn conversation (``TURNS``, or with ``--chat`` one of the held-out
+``HELD_OUT``) once per configuration and round, the way
 the chat does: the whole conversation rendered with the model's template every turn, one
 speculator chain for the whole conversation (so the lookup drafters learn from earlier turns),
 greedy replies of at most ``-n`` tokens. So that every configuration answers the same prompts,
@@ -44,6 +46,44 @@ TURNS = [
     "What did the keeper carry? Answer in a few words.",
 ]
 
+RECIPE = ("Pancakes for four: whisk two eggs with three hundred millilitres of milk, then stir in two "
+          "hundred grams of flour, a pinch of salt and a spoonful of sugar until smooth. Let the batter "
+          "rest for twenty minutes. Heat a little butter in a pan and pour in a ladle of batter, tilting "
+          "the pan so that it spreads thinly. Turn the pancake when the edges lift.")
+EMAIL = ("Hi Sam,\n\nThanks for lending me your tent last weekend. It kept us dry through two nights of rain, "
+         "and the kids loved it. I cleaned it and left it to dry in the garden; I will bring it back on "
+         "Saturday morning.\n\nBest wishes,\nAlex\n")
+CLASS = ("class Counter:\n    def __init__(self):\n        self.counts = {}\n\n    def add(self, word):\n"
+         "        self.counts[word] = self.counts.get(word, 0) + 1\n\n    def top(self, n):\n"
+         "        return sorted(self.counts.items(), key=lambda kv: kv[1])[:n]\n")
+SHOPPING = "Shopping list:\n- bread\n- apples\n- rice\n- tomatoes\n- olive oil\n- coffee\n"
+
+#: held-out conversations of the same kind, written on 2026-12-07 after Automatic's tuning (the
+#: mixed chat above was tuned on; these were not): pasted text, quotes, edits and copies of it,
+#: beside fresh questions
+HELD_OUT = {
+    "recipe-email": [
+        f"Here is my recipe:\n\n{RECIPE}\n\nHow long does the batter rest?",
+        "Write the recipe again for eight people: double every amount.",
+        "What is a good topping for pancakes?",
+        f"Please check this e-mail for mistakes:\n\n{EMAIL}",
+        "Copy the e-mail exactly, but write Jordan instead of Sam.",
+        "How many legs does a spider have?",
+        "Quote the sentence of my recipe that says how to turn the pancake.",
+        "Repeat the e-mail once more, word for word.",
+    ],
+    "class-shopping": [
+        f"This class should return the most common words first, but it returns the rarest:\n\n{CLASS}\nFix it.",
+        "Write the class again with a docstring for each method.",
+        "What does the get method of a dictionary do?",
+        f"Here is my list:\n\n{SHOPPING}\nSort it alphabetically.",
+        "Add milk and eggs to the original list and write it out.",
+        "Name a fruit that is yellow.",
+        "Copy my class exactly as I wrote it.",
+        "Write the shopping list again without the coffee.",
+    ],
+}
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,7 +95,10 @@ def main() -> int:
                     help="every configuration writes none's reply to each turn (teacher-forced)")
     ap.add_argument("--spec-type", action="append", default=None,
                     help="configurations besides none (default: auto and the five n-gram types)")
+    ap.add_argument("--chat", choices=["tuned", *HELD_OUT], default="tuned",
+                    help="the conversation: the one Automatic was tuned on (default) or a held-out one")
     a = ap.parse_args()
+    turns = TURNS if a.chat == "tuned" else HELD_OUT[a.chat]
 
     from app.options import ModelOptions
     from app.runtime import open_engine
@@ -79,7 +122,7 @@ def main() -> int:
         eng.set_spec(spec(name))         # a fresh chain for the conversation, as a new chat
         messages: list[dict] = []
         n_tok, secs, replies = 0, 0.0, []
-        for i, text in enumerate(TURNS):
+        for i, text in enumerate(turns):
             messages.append({"role": "user", "content": text})
             forced = ref_tokens[i] if a.same_text and history is not None else None
             r = eng.run(eng.prompt_tokens(messages), max_tokens=a.n, sampling=greedy, stop=stop, forced=forced)
@@ -89,11 +132,14 @@ def main() -> int:
                 flips[name] = flips.get(name, 0) + len(r.stats.forced_flips)
             n_tok += max(0, r.stats.n_generated - 1)
             secs += r.stats.t_gen_s
+            work[name] = work.get(name, (0, 0)) if i else (0, 0)
+            work[name] = (work[name][0] + r.stats.n_drafted, work[name][1] + r.stats.n_accepted)
             replies.append(r.text)
             messages.append({"role": "assistant", "content": (history[i] if history is not None else r.text).strip()})
         return n_tok, secs, replies
 
     flips: dict[str, int] = {}
+    work: dict[str, tuple[int, int]] = {}    # per configuration, its last play: drafted, accepted
     _, _, reference = play("none", None)
     runs: dict[str, list[float]] = {c: [] for c in configs}
     same: dict[str, bool] = {c: True for c in configs}
@@ -106,7 +152,8 @@ def main() -> int:
             tokens[c] = n
             same[c] &= ([x.strip() for x in replies] == [x.strip() for x in reference]) if not a.same_text \
                 else not flips.get(c, 0)
-            print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s", file=sys.stderr, flush=True)
+            print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s, drafted {work[c][0]}, accepted {work[c][1]}",
+                  file=sys.stderr, flush=True)
     base = max(runs["none"])
     print(f"{'config':<14} {'tok/s best':>10} {'median':>8} {'x none':>7} {'tokens':>7}  "
           + ("own picks all none's" if a.same_text else "same as none"))
