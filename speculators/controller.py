@@ -596,6 +596,8 @@ class _SpecState:
         #: once it is verified, its verify, less what plain decoding would have taken for the
         #: tokens it produced (a probe whose draft is accepted costs about nothing)
         self.probe_s = 0.0
+        #: an earlier chain of this engine measured it short of paying: no early probes
+        self.known_short = False
         #: the run: how many target tokens in a row, up to ``run_end`` (absolute position),
         #: this drafter's proposals have predicted. A lookup drafter's next draft continues
         #: it (a copy goes on; its n-gram match is the same one), so its tokens are read at
@@ -937,11 +939,35 @@ class Controller:
                 if mem.get("accept") is not None:
                     st.model.seed(mem["accept"].overall_rates(min(self._spec_len(st), TRACK)),
                                   self.params.remembered_weight)
+                st.probe_s = float(mem.get("probe_s") or 0.0)
                 if st.hopeless:
                     self._give_up(st)
+                elif st.t_call is not None and st.u_s is not None and not self._worth_probing_soon(st):
+                    self._known_short(st)
             else:
                 self._price_from_sizes(st)
         return st
+
+    def _known_short(self, st: _SpecState) -> None:
+        """A model drafter an earlier chain of this engine measured short of paying (nor near
+        it, at its overall rate): a fresh chain does not probe it at once, nor have it mirror
+        the prompt first (a draft model of the target's size decoding a 330-token chat
+        prompt: ~0.5 s on a 2-core CPU), but at its probes' share of the time, as after its
+        early probes in that chain.
+
+        >>> from types import SimpleNamespace
+        >>> ctl = Controller.__new__(Controller)
+        >>> ctl.params, ctl.cost, ctl.step = ControllerParams(), SimpleNamespace(t1_s=0.02), 0   # 20 ms steps
+        >>> st = _SpecState.__new__(_SpecState)
+        >>> st.probe_s, st.upkeep_on, st.pausable, st.known_short = 0.5, True, False, False
+        >>> ctl._known_short(st); st.next_probe, st.known_short   # 0.5 s / (1.5 % of 20 ms)
+        (1667, True)
+        """
+        p = self.params
+        st.known_short = True
+        st.probe_every = min(p.probe_every_max, self._share_interval(st, p.probe_share, p.probe_every))
+        st.next_probe = self.step + max(p.probe_every, self._share_interval(st, p.probe_share, p.probe_every))
+        self._set_upkeep(st, False)
 
     def _give_up(self, st: _SpecState) -> None:
         """Until its rare probe (none when its size says it cannot pay): not asked, not mirrored."""
@@ -986,7 +1012,8 @@ class Controller:
         # its acceptance model, once it has seen a draft (else the one remembered before): a
         # later chain starts from its rates (read then, not at every step here)
         accept = st.model if st.model.n_observed > 0.0 else self.cost.drafters.get(key, {}).get("accept")
-        self.cost.drafters[key] = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless, "accept": accept}
+        self.cost.drafters[key] = {"t_call": st.t_call, "u_s": st.u_s, "hopeless": st.hopeless, "accept": accept,
+                                   "probe_s": st.probe_s}
 
     def _set_upkeep(self, st: _SpecState, on: bool) -> None:
         """Resume or pause a drafter's per-batch work (where it can pause; lossless either way:
@@ -1009,7 +1036,12 @@ class Controller:
                 prep(prompt)
 
     def begin(self) -> None:
-        """A new generation: proposals still being scored are dropped."""
+        """A new generation: proposals still being scored are dropped. A fresh chain's model
+        drafters get their state now, before the prompt is read: one an earlier chain found
+        not to pay does not mirror the prompt (:meth:`_known_short`)."""
+        for spec in self.chain.speculators:
+            if spec.type in MODEL_TYPES and id(spec) not in self.states:
+                self._state(spec)
         for st in self.states.values():
             st.record = None
             st._tp_snap = None
@@ -1501,7 +1533,7 @@ class Controller:
                     # is that over the share of the steps' time they may take
                     st.probe_s = max(0.0, st.probe_s + seconds - len(ids) * self.t1_s)
                 # its first probes: what it is worth is learnt within a few steps
-                early = st.per["probes"] <= p.probe_early_n
+                early = st.per["probes"] <= p.probe_early_n and not st.known_short
                 soon = False
                 base = p.probe_every_early if early else p.probe_every
                 if st.t_cold:

@@ -1088,3 +1088,43 @@ def test_short_match_drafts_that_come_true_are_learned_from_while_unverified():
         step(lambda d: [20])
     assert not verified[0] and verified[-1], verified
     assert st.short.rate > 0.6, st.short.rate
+
+
+class RarelyRight(DraftModel):
+    """A draft model cheap enough to pay were its drafts accepted, whose first token is right
+    one time in four."""
+
+    def __init__(self, clock, per_tok_s, **kw):
+        super().__init__(clock, per_tok_s, **kw)
+        self.right = lambda i: 1 if i % 4 == 0 else 0
+
+
+def test_a_fresh_chain_does_not_probe_a_draft_model_an_earlier_one_measured_short_of_paying():
+    """``bench -md`` with the Q2_K copy on a CPU where a verify of a few tokens is cheap: the
+    draft model could pay at full acceptance, but not at the rate it is accepted. Each fresh
+    chain (each round of a bench, a rebuilt chain in the chat) had it mirror the prompt (330
+    tokens, ~0.5 s on the draft model) and probed it three times within the reply's first
+    steps; an earlier chain of the same engine had measured it short of paying."""
+    curve = CostCurve({0: 1.0, 1: 1.08, 2: 1.27, 3: 1.39, 4: 2.0, 8: 2.7, 16: 3.8})
+    curve.t1_s = 0.022
+    params = ControllerParams(online_cost=False)
+    cost = CostModel(curve, params)
+    clock = FakeClock()
+    first = RarelyRight(clock, 0.006, upkeep_us=2000.0)
+    ctl = Controller(SpeculatorChain([first]), cost, params, clock=clock)
+    ctl.begin()
+    run_with_upkeep(ctl, 60, t_step=0.022)
+    st = ctl.states[id(first)]
+    assert st.per["probes"] >= 3 and not st.hopeless and st.u_s is not None
+    assert not ctl._worth_probing_soon(st)
+    # the next chain of the same engine: the prompt is read after begin(), as the engine does
+    again = RarelyRight(clock, 0.006, upkeep_us=2000.0)
+    ctl = Controller(SpeculatorChain([again]), cost, params, clock=clock)
+    ctl.begin()
+    ctl.chain.process(TEXT[:300], 0)
+    assert again.mirrored == 0, "the draft model mirrored the prompt"
+    _, ds = run_with_upkeep(ctl, 14, pos=300, t_step=0.022)
+    assert not any(d.draft for d in ds), [(i, len(d.draft), d.probe) for i, d in enumerate(ds) if d.draft]
+    # it is still probed, at its probes' share of the time
+    _, ds = run_with_upkeep(ctl, 3000, pos=314, t_step=0.022)
+    assert any(d.probe for d in ds)
