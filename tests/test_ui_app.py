@@ -1047,7 +1047,7 @@ async def test_a_long_read_ahead_is_said_in_the_top_bar_and_a_message_sent_meanw
     async with app.run_test(size=(100, 24)) as pilot:
         await ready(pilot, app)
         await until(pilot, lambda: engine.reads)                 # the model is ready: it reads ahead
-        await until(pilot, lambda: "reading the chat…" in str(app.query_one("TopBar").render()))
+        await until(pilot, lambda: "reading…" in str(app.query_one("TopBar").render()))
         assert app.session.reading_ahead
         assert app.send("hi")                                    # taken, and waits for the read-ahead
         await pilot.pause(0.1)
@@ -1057,7 +1057,7 @@ async def test_a_long_read_ahead_is_said_in_the_top_bar_and_a_message_sent_meanw
         await until(pilot, lambda: app.job is None)
         assert app._views()[-1].text == SCRIPT_TEXT
         await until(pilot, lambda: str(app.query_one("TopBar").render()).rstrip().endswith("ready"))
-    assert "reading the chat…" in shown
+    assert "reading…" in shown
 
 
 async def test_a_quick_read_ahead_is_not_said(monkeypatch):
@@ -1074,4 +1074,4 @@ async def test_a_quick_read_ahead_is_not_said(monkeypatch):
         await until(pilot, lambda: len(engine.reads) >= 2)
         await pilot.pause(app.READ_AHEAD_SHOWN_AFTER_S + 0.2)
         assert not app.session.reading_ahead
-    assert "ready" in shown and "reading the chat…" not in shown
+    assert "ready" in shown and "reading…" not in shown

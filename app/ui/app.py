@@ -462,7 +462,7 @@ class DraftlightApp(App[int]):
         since = self._read_ahead_since
         if (self.state == "ready" and since is not None and self.session.reading_ahead
                 and time.monotonic() - since >= self.READ_AHEAD_SHOWN_AFTER_S - 0.01):
-            return "reading the chat…"
+            return "reading…"
         return self.state
 
     def on_resize(self) -> None:
