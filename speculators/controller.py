@@ -962,11 +962,15 @@ class Controller:
         >>> st.probe_s, st.upkeep_on, st.pausable, st.known_short = 0.5, True, False, False
         >>> ctl._known_short(st); st.next_probe, st.known_short   # 0.5 s / (1.5 % of 20 ms)
         (1667, True)
+        >>> st.probe_s = 0.001; ctl._known_short(st); st.next_probe   # never sooner than probe_every
+        16
         """
         p = self.params
         st.known_short = True
         st.probe_every = min(p.probe_every_max, self._share_interval(st, p.probe_share, p.probe_every))
-        st.next_probe = self.step + max(p.probe_every, self._share_interval(st, p.probe_share, p.probe_every))
+        # the first probe at its share of the time (a paused draft model's probe first decodes
+        # all it missed: the whole prompt the first time)
+        st.next_probe = self.step + self._share_interval(st, p.probe_share, p.probe_every)
         self._set_upkeep(st, False)
 
     def _give_up(self, st: _SpecState) -> None:

@@ -1008,6 +1008,15 @@ class DraftModel(Follower):
         return super().draft(req)
 
 
+def engine_memory(points, t1_s, online_cost):
+    """What an engine's chains share: its verify-cost model (one chain's measurements of a
+    drafter are the next one's start), the controller's parameters, and a fake clock."""
+    curve = CostCurve(points)
+    curve.t1_s = t1_s
+    params = ControllerParams(online_cost=online_cost)
+    return CostModel(curve, params), params, FakeClock()
+
+
 def test_a_drafter_measured_hopeless_is_not_taken_up_when_the_machine_slows_down():
     """A draft model measured too dear to pay (a Q2_K copy of the target, 94 % of its size:
     12 ms a drafted token and 7 ms of upkeep a step against the target's 20 ms step) stays off
@@ -1017,11 +1026,8 @@ def test_a_drafter_measured_hopeless_is_not_taken_up_when_the_machine_slows_down
     most steps, its first draft of each chain decoding the whole context it had missed. (In a
     `bench -md` run on a 2-core VM, one 19-token reply spent 1.7-2.6 s in the draft model in
     two rounds where `none` also ran at half speed: this is the path that allows it.)"""
-    curve = CostCurve({0: 1.0, 1: 1.39, 2: 1.60, 3: 1.77, 4: 2.33, 8: 3.46, 16: 5.08})
-    curve.t1_s = 0.020
-    params = ControllerParams(online_cost=True)
-    cost = CostModel(curve, params)
-    clock = FakeClock()
+    cost, params, clock = engine_memory({0: 1.0, 1: 1.39, 2: 1.60, 3: 1.77, 4: 2.33, 8: 3.46, 16: 5.08}, 0.020,
+                                        online_cost=True)
     first = DraftModel(clock, 0.012, upkeep_us=7000.0)
     ctl = Controller(SpeculatorChain([first]), cost, params, clock=clock)
     run_with_upkeep(ctl, 40, t_step=0.020)
@@ -1105,11 +1111,8 @@ def test_a_fresh_chain_does_not_probe_a_draft_model_an_earlier_one_measured_shor
     chain (each round of a bench, a rebuilt chain in the chat) had it mirror the prompt (330
     tokens, ~0.5 s on the draft model) and probed it three times within the reply's first
     steps; an earlier chain of the same engine had measured it short of paying."""
-    curve = CostCurve({0: 1.0, 1: 1.08, 2: 1.27, 3: 1.39, 4: 2.0, 8: 2.7, 16: 3.8})
-    curve.t1_s = 0.022
-    params = ControllerParams(online_cost=False)
-    cost = CostModel(curve, params)
-    clock = FakeClock()
+    cost, params, clock = engine_memory({0: 1.0, 1: 1.08, 2: 1.27, 3: 1.39, 4: 2.0, 8: 2.7, 16: 3.8}, 0.022,
+                                        online_cost=False)
     first = RarelyRight(clock, 0.006, upkeep_us=2000.0)
     ctl = Controller(SpeculatorChain([first]), cost, params, clock=clock)
     ctl.begin()
