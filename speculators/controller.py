@@ -212,6 +212,9 @@ class SuffixMatcher:
 #: decisions derived from the table would be worked out again for nothing)
 REL_STILL = 0.003
 
+#: timed steps of one draft width after which the cost model reads that width from them
+BY_K_MIN = 4
+
 #: steps timed before a cached cost curve is checked against them, and how much slower its
 #: one-token time may be before it counts as measured under load
 STALE_CHECK_STEPS = 24
@@ -741,6 +744,10 @@ class CostModel:
         #: otherwise, and a curve measured on a busy machine made drafting look cheap
         self._t1_drafted: float | None = None
         self._reg = [0.0] * 5
+        #: per draft width: decaying (weight, mean seconds) of its timed steps -- a curve that
+        #: jumps or stays flat between widths (the realistic hybrid: 31, 43, 52.5 and 53 ms for
+        #: 0-3 drafted tokens) is read where it is used, which a line cannot do
+        self._by_k: dict[int, list[float]] = {}
         self._n_timed = 0
         self._rel: list[float] = []
         self._rel_dirty = True
@@ -804,6 +811,13 @@ class CostModel:
         if line is not None:
             a, b, w = line
             base = [(1 - w) * c + w * min(k + 1.0, 1.0 + b * k / a) for k, c in enumerate(base)]
+        t1 = self._t1
+        if self.params.online_cost and t1:
+            # widths timed often enough are read from their own steps (over one-token steps)
+            for k, (wk, mk) in self._by_k.items():
+                if 1 <= k <= n and wk >= BY_K_MIN:
+                    f = min(1.0, wk / (2 * BY_K_MIN))
+                    base[k] = (1 - f) * base[k] + f * min(k + 1.0, max(1.0, mk / t1))
         run = 1.0
         for k in range(n + 1):
             run = max(run, base[k])
@@ -864,6 +878,14 @@ class CostModel:
             pred = line[0] + line[1] * n_draft
             seconds = min(max(seconds, 0.5 * pred), 2.0 * pred)
         d = 1.0 - self.params.cost_alpha / 4
+        if n_draft > 0:
+            wm = self._by_k.setdefault(n_draft, [0.0, 0.0])
+            if wm[0] >= BY_K_MIN:
+                seconds_k = min(max(seconds, 0.5 * wm[1]), 2.0 * wm[1])    # a stall is clipped
+            else:
+                seconds_k = seconds
+            wm[0] = wm[0] * d + 1.0
+            wm[1] += (seconds_k - wm[1]) / wm[0]
         s0, sx, sy, sxx, sxy = (v * d for v in self._reg)
         x = float(n_draft)
         self._reg = [s0 + 1.0, sx + x, sy + seconds, sxx + x * x, sxy + x * seconds]

@@ -1131,3 +1131,21 @@ def test_a_fresh_chain_does_not_probe_a_draft_model_an_earlier_one_measured_shor
     # it is still probed, at its probes' share of the time
     _, ds = run_with_upkeep(ctl, 3000, pos=314, t_step=0.022)
     assert any(d.probe for d in ds)
+
+
+def test_widths_timed_often_are_read_from_their_own_steps():
+    """The realistic hybrid's steps, as timed in Automatic: 31 ms plain, 43, 52.5 and 53 ms with
+    1, 2 and 3 drafted tokens (flat from 2 to 3), and now and then a long lookup draft of 8 at
+    150 ms. One line through all of them read c(3) ~2.4 one-token steps, and the MTP head was
+    asked for 2 tokens where 3 paid (its 3-token drafts cost no more to verify)."""
+    cost = CostModel(CostCurve({0: 1.0, 1: 1.52, 2: 1.76, 3: 1.76, 4: 2.01, 8: 2.94}), ControllerParams())
+    times = {0: 0.031, 1: 0.043, 2: 0.0525, 3: 0.053, 8: 0.150}
+    rng = random.Random(3)
+    for i in range(300):
+        k = 8 if i % 40 == 0 else rng.choice([0, 1, 2, 2, 3, 3, 3])
+        cost.observe(k, times[k] * rng.uniform(0.97, 1.03))
+    cost.refresh()
+    assert cost.rel(2) == pytest.approx(0.0525 / 0.031, rel=0.04)
+    assert cost.rel(3) == pytest.approx(0.053 / 0.031, rel=0.04)
+    assert cost.rel(3) - cost.rel(2) < 0.1, (cost.rel(2), cost.rel(3))
+    assert cost.t1_s == pytest.approx(0.031, rel=0.04)
