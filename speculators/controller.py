@@ -212,6 +212,16 @@ class SuffixMatcher:
 #: decisions derived from the table would be worked out again for nothing)
 REL_STILL = 0.003
 
+def clip_stall(x: float, ref: float) -> float:
+    """``x`` held within half and twice ``ref``: a timing taken in a stall (a busy machine, a
+    paused drafter's catch-up) moves a running estimate only a little.
+
+    >>> clip_stall(1.0, 0.01), clip_stall(0.001, 0.01), clip_stall(0.012, 0.01)
+    (0.02, 0.005, 0.012)
+    """
+    return min(max(x, 0.5 * ref), 2.0 * ref)
+
+
 #: timed steps of one draft width after which the cost model reads that width from them
 BY_K_MIN = 4
 
@@ -864,26 +874,22 @@ class CostModel:
             if self._t1 is None:
                 self._t1 = seconds
             else:
-                x = min(max(seconds, 0.5 * self._t1), 2.0 * self._t1)
+                x = clip_stall(seconds, self._t1)
                 self._t1 += self.params.cost_alpha * (x - self._t1)
         else:
             x = seconds / max(self.rel(n_draft), 1.0)
             if self._t1_drafted is None:
                 self._t1_drafted = x
             else:
-                x = min(max(x, 0.5 * self._t1_drafted), 2.0 * self._t1_drafted)
+                x = clip_stall(x, self._t1_drafted)
                 self._t1_drafted += self.params.cost_alpha * (x - self._t1_drafted)
         line = self._online_line()
         if line is not None:
-            pred = line[0] + line[1] * n_draft
-            seconds = min(max(seconds, 0.5 * pred), 2.0 * pred)
+            seconds = clip_stall(seconds, line[0] + line[1] * n_draft)
         d = 1.0 - self.params.cost_alpha / 4
         if n_draft > 0:
             wm = self._by_k.setdefault(n_draft, [0.0, 0.0])
-            if wm[0] >= BY_K_MIN:
-                seconds_k = min(max(seconds, 0.5 * wm[1]), 2.0 * wm[1])    # a stall is clipped
-            else:
-                seconds_k = seconds
+            seconds_k = clip_stall(seconds, wm[1]) if wm[0] >= BY_K_MIN else seconds
             wm[0] = wm[0] * d + 1.0
             wm[1] += (seconds_k - wm[1]) / wm[0]
         s0, sx, sy, sxx, sxy = (v * d for v in self._reg)
@@ -1623,7 +1629,7 @@ class Controller:
             if st.u_s is None:
                 st.u_s = x
             else:
-                x = min(max(x, 0.5 * st.u_s), 2.0 * st.u_s)   # a stall or a catch-up moves it only a little
+                x = clip_stall(x, st.u_s)
                 st.u_s += 0.2 * (x - st.u_s)
             self._measured(st)
         return total
