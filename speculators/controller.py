@@ -995,10 +995,11 @@ class Controller:
         """
         p = self.params
         st.known_short = True
-        st.probe_every = min(p.probe_every_max, self._share_interval(st, p.probe_share, p.probe_every))
         # the first probe at its share of the time (a paused draft model's probe first decodes
         # all it missed: the whole prompt the first time)
-        st.next_probe = self.step + self._share_interval(st, p.probe_share, p.probe_every)
+        interval = self._share_interval(st, p.probe_share, p.probe_every)
+        st.probe_every = min(p.probe_every_max, interval)
+        st.next_probe = self.step + interval
         self._set_upkeep(st, False)
 
     def _give_up(self, st: _SpecState) -> None:
@@ -1100,12 +1101,13 @@ class Controller:
         seen for such drafts (:class:`ShortMatchModel`)."""
         bnd = self.boundary
         short = short and st.short is not None and n > 0
-        if not short and (draft is None or bnd is None or not st.by_run or depth >= self.params.boundary_depth):
+        ends = draft is not None and bnd is not None and st.by_run and depth < self.params.boundary_depth
+        if not short and not ends:
             return st.model.expected_tokens(n, depth)
         rates = st.model.rates(n, depth)
         if short:
             rates[0] = min(rates[0], st.short.rate)
-        if draft is None or bnd is None or depth >= self.params.boundary_depth:
+        if not ends:
             return expected_from_rates(rates)
         q_b = self.boundaries.rate
         for i in range(min(n, self.params.boundary_depth - depth)):
