@@ -122,6 +122,7 @@ def main() -> int:
         eng.set_spec(spec(name))         # a fresh chain for the conversation, as a new chat
         messages: list[dict] = []
         n_tok, secs, replies = 0, 0.0, []
+        work[name] = (0, 0)
         for i, text in enumerate(turns):
             messages.append({"role": "user", "content": text})
             forced = ref_tokens[i] if a.same_text and history is not None else None
@@ -132,7 +133,6 @@ def main() -> int:
                 flips[name] = flips.get(name, 0) + len(r.stats.forced_flips)
             n_tok += max(0, r.stats.n_generated - 1)
             secs += r.stats.t_gen_s
-            work[name] = work.get(name, (0, 0)) if i else (0, 0)
             work[name] = (work[name][0] + r.stats.n_drafted, work[name][1] + r.stats.n_accepted)
             replies.append(r.text)
             messages.append({"role": "assistant", "content": (history[i] if history is not None else r.text).strip()})

@@ -459,8 +459,8 @@ class DraftlightApp(App[int]):
     def shown_state(self) -> str:
         """The state the top bar shows: :attr:`state`, or, while the chat is ready and the model
         has been reading the conversation ahead for a moment, that."""
-        since = self._read_ahead_since
-        if (self.state == "ready" and since is not None and self.session.reading_ahead
+        since = self._read_ahead_since      # (None once it ends, as session.reading_ahead)
+        if (self.state == "ready" and since is not None
                 and time.monotonic() - since >= self.READ_AHEAD_SHOWN_AFTER_S - 0.01):
             return "reading…"
         return self.state
