@@ -95,10 +95,17 @@ def main() -> int:
                     help="every configuration writes none's reply to each turn (teacher-forced)")
     ap.add_argument("--spec-type", action="append", default=None,
                     help="configurations besides none (default: auto and the five n-gram types)")
-    ap.add_argument("--chat", choices=["tuned", *HELD_OUT], default="tuned",
-                    help="the conversation: the one Automatic was tuned on (default) or a held-out one")
+    ap.add_argument("--chat", choices=["tuned", *HELD_OUT, "questions"], default="tuned",
+                    help="the conversation: the one Automatic was tuned on (default), a held-out one, or "
+                         "bench/chat-questions.txt asked one after another in one chat")
+    ap.add_argument("-md", "--draft-model", default=None,
+                    help="a draft model: the configuration auto+md is Automatic with it (name it with --spec-type)")
     a = ap.parse_args()
-    turns = TURNS if a.chat == "tuned" else HELD_OUT[a.chat]
+    if a.chat == "questions":
+        qfile = Path(__file__).resolve().parent.parent / "bench" / "chat-questions.txt"
+        turns = [q.strip() for q in qfile.read_text(encoding="utf-8").split("\n---\n") if q.strip()]
+    else:
+        turns = TURNS if a.chat == "tuned" else HELD_OUT[a.chat]
 
     from app.options import ModelOptions
     from app.runtime import open_engine
@@ -112,6 +119,12 @@ def main() -> int:
     configs = ["none"] + (a.spec_type or ["auto"] + [t.value for t in PRIORITY if t in NGRAM_TYPES])
 
     def spec(name: str) -> SpecParams:
+        if name == "auto+md":
+            if not a.draft_model:
+                ap.error("auto+md needs -md PATH")
+            sp = SpecParams.auto()
+            sp.draft.model = a.draft_model
+            return sp
         return SpecParams() if name == "none" else SpecParams.auto() if name == "auto" else \
             SpecParams.from_types(name)
 
@@ -152,8 +165,14 @@ def main() -> int:
             tokens[c] = n
             same[c] &= ([x.strip() for x in replies] == [x.strip() for x in reference]) if not a.same_text \
                 else not flips.get(c, 0)
-            print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s, drafted {work[c][0]}, accepted {work[c][1]}",
-                  file=sys.stderr, flush=True)
+            extra = ""
+            for sp in (eng.chain.speculators if eng.chain is not None else []):
+                if hasattr(sp, "n_catchups"):     # a draft model: its own work over the conversation
+                    extra += (f"; draft model: drafting {sp.stats.t_draft_us / 1e6:.2f} s, mirroring and "
+                              f"catch-ups {sp.stats.t_process_us / 1e6:.2f} s ({sp.n_catchups} catch-ups, "
+                              f"{sp.n_catchup_tokens} tokens)")
+            print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s, drafted {work[c][0]}, accepted {work[c][1]}"
+                  f"{extra}", file=sys.stderr, flush=True)
     base = max(runs["none"])
     print(f"{'config':<14} {'tok/s best':>10} {'median':>8} {'x none':>7} {'tokens':>7}  "
           + ("own picks all none's" if a.same_text else "same as none"))
@@ -163,7 +182,7 @@ def main() -> int:
     if a.same_text:
         print("--same-text: every configuration wrote none's replies; positions where its own pick differed: "
               + ", ".join(f"{c} {flips.get(c, 0)}" for c in configs if c != "none"))
-    fixed = [c for c in configs if c not in ("none", "auto")]
+    fixed = [c for c in configs if c != "none" and not c.startswith("auto")]
     if "auto" in runs and fixed:
         best = max(fixed, key=lambda c: max(runs[c]))
         print(f"auto / fastest fixed type ({best}): {max(runs['auto']) / max(runs[best]):.2f} "
