@@ -119,6 +119,8 @@ class ContextInfo:
     n_batch: int = 512
     n_threads: int | None = None
     n_gpu_layers: int = 0
+    #: recurrent-state snapshots the target's context keeps (its load plan)
+    n_rs_seq: int = 0
 
 
 @dataclass
@@ -158,7 +160,7 @@ def snapshot(engine: Any) -> EngineSnapshot:
         spec=engine.spec,
         ctx=ContextInfo(int(getattr(ctx, "n_ctx", None) or cfg.n_ctx), int(getattr(cfg, "n_batch", 512)),
                         getattr(ctx, "n_threads", None) or getattr(cfg, "n_threads", None),
-                        int(getattr(cfg, "n_gpu_layers", 0) or 0)),
+                        int(getattr(cfg, "n_gpu_layers", 0) or 0), int(getattr(engine, "n_rs_seq", 0) or 0)),
         template=TemplateInfo(tuple(getattr(getattr(engine, "template", None), "stop_strings", ()) or ())),
         extra_bufts=bool(getattr(m, "use_extra_bufts", True)), pid=os.getpid(),
         devices=list(getattr(engine, "device_list", None) or []))
@@ -282,6 +284,10 @@ class RunnerEngine:
     @property
     def chain(self) -> ChainInfo:
         return self._snap.chain
+
+    @property
+    def n_rs_seq(self) -> int:
+        return self._snap.ctx.n_rs_seq
 
     @property
     def spec(self) -> Any:

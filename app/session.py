@@ -471,17 +471,43 @@ class ChatSession:
             return "reload"
         if spec_changed and self.engine is not None:
             self.stop()
+            if not self._loaded_for(spec):
+                # the new speculation needs the model loaded another way (its MTP layers, state
+                # snapshots): loaded again, as the engine's load plan has it for this spec
+                self.load()
+                return "reload"
             self._start(self._spec_thread, self.engine, spec.copy(), name="apply")
             return "rebuild"
         return "saved"
 
     def rebuild_chain(self) -> bool:
-        """Build the chain for the configured speculation again (e.g. settings applied while loading)."""
+        """Build the chain for the configured speculation again (e.g. settings applied while loading);
+        the model is loaded again where that speculation needs it loaded another way."""
         if self.engine is None:
             return False
         self.stop()
+        if not self._loaded_for(self.config.spec):
+            self.load()
+            return True
         self._start(self._spec_thread, self.engine, self.config.spec.copy(), name="apply")
         return True
+
+    def _loaded_for(self, spec: SpecParams) -> bool:
+        """Whether the loaded model is loaded as ``spec`` needs it (:func:`speculators.engine.loaded_as_needed`:
+        the one load plan the chat, ``generate`` and ``bench`` share). True where it cannot be told
+        (a scripted engine)."""
+        engine = self.engine
+        m = getattr(engine, "model", None)
+        path = getattr(m, "path", None)
+        if not path or not isinstance(getattr(m, "load_mtp", None), bool):
+            return True
+        from speculators.engine import LoadPlan, loaded_as_needed
+        recurrent = bool(getattr(m, "is_recurrent", False) or getattr(m, "is_hybrid", False))
+        try:
+            return loaded_as_needed(str(path), spec, LoadPlan(m.load_mtp, int(getattr(engine, "n_rs_seq", 0) or 0)),
+                                    recurrent)
+        except Exception:
+            return True
 
     def _spec_thread(self, engine: Any, spec: SpecParams) -> None:
         with self.engine_lock:

@@ -163,6 +163,28 @@ def load_plan_for(model_path: str, specs: Sequence[SpecParams]) -> LoadPlan:
     return LoadPlan(any(p.load_mtp for p in plans), max((p.n_rs_seq for p in plans), default=0))
 
 
+def loaded_as_needed(model_path: str, spec: SpecParams | None, loaded: LoadPlan, recurrent: bool) -> bool:
+    """Whether a target loaded with ``loaded`` is loaded as :func:`load_plan` has it for ``spec``
+    (else a new spec needs the model loaded again, as the chat does when it changes). Only what
+    the target can use counts: its MTP layers where its GGUF has them, and state snapshots where
+    it is recurrent or hybrid (``recurrent``); on other targets every spec loads them alike.
+
+    >>> ngram, mtp = SpecParams.from_types("ngram-mod"), SpecParams.from_types("draft-mtp")
+    >>> loaded_as_needed("any.gguf", mtp, LoadPlan(False, 0), recurrent=False)   # a transformer
+    True
+    >>> loaded_as_needed("any.gguf", mtp, LoadPlan(False, 0), recurrent=True)    # no snapshots
+    False
+    >>> loaded_as_needed("any.gguf", ngram, LoadPlan(False, 3), recurrent=True)  # 3 kept for nothing
+    False
+    """
+    want = load_plan(model_path, spec)
+    from .auto import target_types
+    heads = SpecType.DRAFT_MTP in target_types(model_path)
+    if (want.load_mtp and heads) != (loaded.load_mtp and heads):
+        return False
+    return (want.n_rs_seq if recurrent else 0) == (loaded.n_rs_seq if recurrent else 0)
+
+
 class Engine:
     """A target model, its context, and the speculator chain."""
 

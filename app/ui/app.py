@@ -1153,7 +1153,9 @@ class DraftlightApp(App[int]):
     def _lab_use(self, name: str, spec: Any) -> None:
         c = self.config
         outcome = self.session.apply_settings(spec, c.sampling, c.model, c.max_tokens, c.overflow)
-        if outcome == "rebuild":
+        if outcome == "reload":
+            self._show_loading(c.model)
+        elif outcome == "rebuild":
             self._set_state("rebuilding speculators…")
         self.notify(f"Speculation: {name} (from the Lab), saved.", timeout=4)
         self._refresh_welcome()
