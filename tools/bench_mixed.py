@@ -108,14 +108,10 @@ def main() -> int:
         turns = TURNS if a.chat == "tuned" else HELD_OUT[a.chat]
 
     from app.options import ModelOptions
-    from app.runtime import open_engine
     from speculators.params import SpecParams
     from speculators.sampling import SamplingParams
     from speculators.types import NGRAM_TYPES, PRIORITY
 
-    eng = open_engine(ModelOptions(model=a.model, threads=a.threads), SpecParams())
-    stop = tuple(eng.template.stop_strings)
-    greedy = SamplingParams(temperature=0.0)
     configs = ["none"] + (a.spec_type or ["auto"] + [t.value for t in PRIORITY if t in NGRAM_TYPES])
 
     def spec(name: str) -> SpecParams:
@@ -128,6 +124,18 @@ def main() -> int:
         return SpecParams() if name == "none" else SpecParams.auto() if name == "auto" else \
             SpecParams.from_types(name)
 
+    # the target loaded as the chat loads it for these configurations (its MTP layers, state
+    # snapshots: speculators.engine.load_plan), as bench loads it for its rows
+    from app.runtime import engine_config, resolve_model_path
+    from speculators.engine import Engine, load_plan_for
+    mopts = ModelOptions(model=a.model, threads=a.threads)
+    path = resolve_model_path(mopts)
+    ecfg = engine_config(mopts)
+    plan = load_plan_for(path, [spec(c) for c in configs])
+    ecfg.load_mtp, ecfg.n_rs_seq = plan.load_mtp, plan.n_rs_seq
+    eng = Engine(path, ecfg, SpecParams())
+    stop = tuple(eng.template.stop_strings)
+    greedy = SamplingParams(temperature=0.0)
     ref_tokens: list[list[int]] = []
 
     def play(name: str, history: list[str] | None) -> tuple[int, float, list[str]]:
@@ -167,8 +175,8 @@ def main() -> int:
                 else not flips.get(c, 0)
             extra = ""
             for sp in (eng.chain.speculators if eng.chain is not None else []):
-                if hasattr(sp, "n_catchups"):     # a draft model: its own work over the conversation
-                    extra += (f"; draft model: drafting {sp.stats.t_draft_us / 1e6:.2f} s, mirroring and "
+                if hasattr(sp, "n_catchups"):     # a model drafter: its own work over the conversation
+                    extra += (f"; {sp.name}: drafting {sp.stats.t_draft_us / 1e6:.2f} s, mirroring and "
                               f"catch-ups {sp.stats.t_process_us / 1e6:.2f} s ({sp.n_catchups} catch-ups, "
                               f"{sp.n_catchup_tokens} tokens)")
             print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s, drafted {work[c][0]}, accepted {work[c][1]}"
