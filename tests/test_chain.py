@@ -258,3 +258,29 @@ def test_stats_add_and_subtract_field_by_field():
     assert s.n_acc_tokens_per_pos == [3, 2, 1]
     assert s - b == a
     assert a.n_acc_tokens_per_pos == [2, 2, 1]  # operands untouched
+
+
+def test_a_controller_cut_reaches_ngram_map_through_the_chain_and_does_not_cap_its_key():
+    """llama.cpp verifies ngram-map's whole draft, and a key remembers how much of it was
+    accepted. Automatic may verify only the start of it: the chain tells the drafter of the cut
+    (``commit(..., n_proposed)``), so a cut draft accepted whole does not cap the key's next
+    draft at the cut, while an uncut draft accepted in part does."""
+    from speculators.ngram_map import NgramMap
+    hist = [0, 1, 2, 3, 4, 5, 6, 7, 1]
+    req = DraftRequest(prompt=hist, id_last=2, pos0=9)
+
+    def one(cut: bool) -> list[int]:
+        s = NgramMap(size_n=2, size_m=3, min_hits=1, key_only=True)
+        chain = SpeculatorChain([s])
+        chain.begin([])
+        draft, _ = chain.ask(s, req)
+        assert draft == [3, 4, 5]
+        if cut:
+            chain.commit(s, draft[:1], n_proposed=len(draft))   # Automatic verifies [3] alone
+        else:
+            chain.commit(s, draft)                               # all of it: [3] kept, 4 rejected
+        chain.accept(1)
+        return chain.ask(s, req)[0]
+
+    assert one(cut=True) == [3, 4, 5]
+    assert one(cut=False) == [3]
