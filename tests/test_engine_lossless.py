@@ -271,3 +271,40 @@ def test_seeded_sampling_with_every_type_and_automatic_equals_none(f16_engine):
     eng.set_spec(SpecParams())
     assert all(n > 0 for n in accepted.values()), accepted     # drafts were accepted under sampling
     assert len(apart) <= 1 and all(k > 0 for _, _, k in apart), apart
+
+
+def test_seeded_sampling_with_a_draft_model_equals_none(f16_engine, q2k_model_path):
+    """The same under sampling for draft-simple (the Q2_K copy drafting for the F16 target, its
+    drafts mostly accepted), alone and under Automatic with it: each seed's reply is plain
+    decoding's, with the tolerance of the test above (at most one run apart, not at its first
+    token)."""
+    from tests.prompts import TEXT
+    eng = f16_engine
+    prompt = eng.prompt_tokens(text=f"{TEXT}\n\nRepeat the text above exactly.\n\n", raw=True)
+
+    def spec(name: str) -> SpecParams:
+        sp = SpecParams.auto() if name == "auto" else SpecParams.from_types(name)
+        sp.draft.model = str(q2k_model_path)
+        return sp
+
+    apart, accepted = [], {"draft-simple": 0, "auto": 0}
+    try:
+        for seed in (1, 2, 3):
+            sampling = SamplingParams(temperature=0.2, top_k=40, top_p=0.95, min_p=0.05, seed=seed)
+            eng.set_spec(SpecParams())
+            base = eng.run(prompt, max_tokens=32, sampling=sampling).tokens
+            for t in accepted:
+                eng.set_spec(spec(t))
+                r = eng.run(prompt, max_tokens=32, sampling=sampling)
+                if t == "draft-simple":
+                    accepted[t] += r.stats.speculators["draft-simple"].n_acc_tokens
+                else:
+                    accepted[t] += r.stats.n_accepted
+                if r.tokens != base:
+                    k = next((i for i, (a, b) in enumerate(zip(base, r.tokens)) if a != b),
+                             min(len(base), len(r.tokens)))
+                    apart.append((t, seed, k))
+    finally:
+        eng.set_spec(SpecParams())
+    assert accepted["draft-simple"] > 0, accepted       # the draft model's drafts were accepted
+    assert len(apart) <= 1 and all(k > 0 for _, _, k in apart), apart
