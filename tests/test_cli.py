@@ -201,3 +201,33 @@ def test_bench_rows_are_named_as_given_with_per_prompt_figures(f16_model_path, t
     n_r, a_r = (row["per_prompt"][0]["rounds_tokens_per_s"] for row in rows)
     assert len(n_r) == len(a_r) == 2 and max(a_r) == rows[1]["per_prompt"][0]["tokens_per_s"]
     assert abs(statistics.median([a / n for a, n in zip(a_r, n_r)]) - paired) < 0.02
+
+
+def test_benchs_llama_cpp_python_row_ends_where_the_chat_template_stops(f16_engine, f16_model_path):
+    """bench's reference row (llama-cpp-python's own generation) ends at the stop strings the
+    engine ends at, with the engine's threads and batch: on "hello" the model writes a short
+    reply and then the transcript's next turn, which the stop string cuts (the issue's report:
+    31 tokens against none's 3, "same: yes")."""
+    from llama_cpp import Llama
+
+    from app.cmd_bench import _llama_cpp_python_once
+    from speculators.events import STOP_STRING
+    from speculators.params import SpecParams
+    from speculators.sampling import SamplingParams
+
+    eng = f16_engine
+    eng.set_spec(SpecParams())
+    stop = tuple(eng.template.stop_strings)
+    prompt = eng.prompt_tokens(messages=[{"role": "user", "content": "hello"}])
+    ref = eng.run(prompt, max_tokens=32, sampling=SamplingParams(temperature=0.0), stop=stop)
+    assert ref.finish_reason == STOP_STRING and ref.stats.n_generated < 32, ref.finish_reason
+    llm = Llama(model_path=str(f16_model_path), n_ctx=eng.ctx.n_ctx, n_threads=eng.ctx.n_threads,
+                n_threads_batch=eng.ctx.n_threads, n_batch=eng.ctx.n_batch, verbose=False)
+    try:
+        _, tokens, n_generated = _llama_cpp_python_once(llm, prompt, 32, stop)
+        assert tokens == ref.tokens and n_generated == ref.stats.n_generated
+        # without the stop strings it would have run on to the token limit
+        _, free, _ = _llama_cpp_python_once(llm, prompt, 32, ())
+        assert len(free) > len(tokens)
+    finally:
+        llm.close()
