@@ -124,6 +124,15 @@ class LoadPlan:
     load_mtp: bool
     n_rs_seq: int
 
+    def on_target(self, recurrent: bool, heads: bool) -> "LoadPlan":
+        """What of this plan a target uses: its MTP layers where its GGUF has them (``heads``),
+        state snapshots where it is recurrent or hybrid (``recurrent``).
+
+        >>> LoadPlan(True, 3).on_target(recurrent=False, heads=False)
+        LoadPlan(load_mtp=False, n_rs_seq=0)
+        """
+        return LoadPlan(self.load_mtp and heads, self.n_rs_seq if recurrent else 0)
+
 
 def load_plan(model_path: str, spec: SpecParams | None, load_mtp: bool | None = None) -> LoadPlan:
     """The one place the load plan is worked out (:class:`Engine`, the app's runtime, the tools).
@@ -177,12 +186,9 @@ def loaded_as_needed(model_path: str, spec: SpecParams | None, loaded: LoadPlan,
     >>> loaded_as_needed("any.gguf", ngram, LoadPlan(False, 3), recurrent=True)  # 3 kept for nothing
     False
     """
-    want = load_plan(model_path, spec)
     from .auto import target_types
     heads = SpecType.DRAFT_MTP in target_types(model_path)
-    if (want.load_mtp and heads) != (loaded.load_mtp and heads):
-        return False
-    return (want.n_rs_seq if recurrent else 0) == (loaded.n_rs_seq if recurrent else 0)
+    return load_plan(model_path, spec).on_target(recurrent, heads) == loaded.on_target(recurrent, heads)
 
 
 class Engine:
