@@ -470,14 +470,7 @@ class ChatSession:
             self.load(ModelOptions(**model.__dict__))
             return "reload"
         if spec_changed and self.engine is not None:
-            self.stop()
-            if not self._loaded_for(spec):
-                # the new speculation needs the model loaded another way (its MTP layers, state
-                # snapshots): loaded again, as the engine's load plan has it for this spec
-                self.load()
-                return "reload"
-            self._start(self._spec_thread, self.engine, spec.copy(), name="apply")
-            return "rebuild"
+            return self._apply_spec(spec)
         return "saved"
 
     def rebuild_chain(self) -> bool:
@@ -485,12 +478,19 @@ class ChatSession:
         the model is loaded again where that speculation needs it loaded another way."""
         if self.engine is None:
             return False
-        self.stop()
-        if not self._loaded_for(self.config.spec):
-            self.load()
-            return True
-        self._start(self._spec_thread, self.engine, self.config.spec.copy(), name="apply")
+        self._apply_spec(self.config.spec)
         return True
+
+    def _apply_spec(self, spec: SpecParams) -> str:
+        """Stop the reply and put ``spec`` to use on the loaded model: ``"rebuild"`` (its chain, in
+        a thread), or ``"reload"`` where it needs the model loaded another way (its MTP layers,
+        state snapshots: loaded again, as the engine's load plan has it for this spec)."""
+        self.stop()
+        if not self._loaded_for(spec):
+            self.load()
+            return "reload"
+        self._start(self._spec_thread, self.engine, spec.copy(), name="apply")
+        return "rebuild"
 
     def _loaded_for(self, spec: SpecParams) -> bool:
         """Whether the loaded model is loaded as ``spec`` needs it (:func:`speculators.engine.loaded_as_needed`:
