@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 from speculators.engine import Engine, EngineConfig
 from speculators.params import SpecParams
@@ -92,9 +92,10 @@ def engine_config(opts: ModelOptions, progress: Callable[[int, int, str], None] 
 
 def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
                 progress: Callable[[int, int, str], None] | None = None, build_chain: bool = True,
-                rpc_fallback: bool = False) -> Engine:
+                rpc_fallback: bool = False, load_for: Sequence[SpecParams] | None = None) -> Engine:
     """The engine for ``opts`` with ``spec``'s chain (``build_chain=False``: the model only,
-    loaded as ``spec`` needs it, e.g. with MTP layers; the caller builds the chain).
+    loaded as ``spec`` needs it, e.g. with MTP layers, or as every spec of ``load_for`` run in
+    turn on it needs it (:func:`~speculators.engine.load_plan_for`); the caller builds the chain).
 
     ``rpc_fallback``: an ``--rpc`` server that cannot be reached is left out (the engine's
     ``load_warnings`` say so) instead of failing the load.
@@ -106,8 +107,8 @@ def open_engine(opts: ModelOptions, spec: SpecParams | None = None,
         engine = Engine(path, cfg, spec)
     else:
         # the chain comes later, but the model and its context are made as ``spec`` needs them
-        from speculators.engine import load_plan
-        plan = load_plan(path, spec)
+        from speculators.engine import load_plan, load_plan_for
+        plan = load_plan_for(path, load_for) if load_for is not None else load_plan(path, spec)
         cfg.load_mtp, cfg.n_rs_seq = plan.load_mtp, plan.n_rs_seq
         engine = Engine(path, cfg, SpecParams())
     engine.load_warnings = warnings

@@ -126,14 +126,9 @@ def main() -> int:
 
     # the target loaded as the chat loads it for these configurations (its MTP layers, state
     # snapshots: speculators.engine.load_plan), as bench loads it for its rows
-    from app.runtime import engine_config, resolve_model_path
-    from speculators.engine import Engine, load_plan_for
-    mopts = ModelOptions(model=a.model, threads=a.threads)
-    path = resolve_model_path(mopts)
-    ecfg = engine_config(mopts)
-    plan = load_plan_for(path, [spec(c) for c in configs])
-    ecfg.load_mtp, ecfg.n_rs_seq = plan.load_mtp, plan.n_rs_seq
-    eng = Engine(path, ecfg, SpecParams())
+    from app.runtime import open_engine
+    eng = open_engine(ModelOptions(model=a.model, threads=a.threads), build_chain=False,
+                      load_for=[spec(c) for c in configs])
     stop = tuple(eng.template.stop_strings)
     greedy = SamplingParams(temperature=0.0)
     ref_tokens: list[list[int]] = []
