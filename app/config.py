@@ -1,4 +1,4 @@
-"""Settings in ``config.toml`` (read with tomllib, written with tomli-w).
+"""Settings in ``config.toml`` (read with tomllib, edited in place with tomlkit).
 
 Layout::
 
@@ -10,12 +10,16 @@ Layout::
     [speculation.ngram_mod] n_match, n_min, n_max
     [ui]           theme, colouring, ...
 
-Flags given on the command line win over the file.
+Flags given on the command line win over the file. The app changes the file only where a setting
+changed (see :func:`save`): the person's comments, key order, keys this version does not know and
+edits made while the app runs stay as they are.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +30,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-import tomli_w
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
 
 from speculators.params import ParamError, SpecParams
 from speculators.sampling import SamplingParams
@@ -92,6 +97,10 @@ class Config:
         if key == "off_view" and value not in ("markdown", "plain"):
             return default
         return value
+
+    def copy(self) -> "Config":
+        """A copy that shares nothing with this one (what :func:`save` takes as ``since``)."""
+        return copy.deepcopy(self)
 
     def to_toml_dict(self) -> dict[str, Any]:
         model = {"ctx_size": self.model.ctx_size}
@@ -239,31 +248,24 @@ def _plain(why: str) -> str:
     return why
 
 
-def load_lenient(path: Path | None = None) -> Loaded:
-    r"""Read the config, starting on the defaults for whatever cannot be read (never raises).
-
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "config.toml"
-    >>> _ = p.write_text('max_tokens = 64\n[model]\nctx_size = "big"\n')
-    >>> got = load_lenient(p)
-    >>> got.config.max_tokens, got.config.model.ctx_size, got.damaged
-    (64, 4096, True)
-    >>> got.problems
-    ["model.ctx_size = 'big': expected a whole number"]
-    """
-    path = path or paths.config_file()
+def _read_text(path: Path) -> tuple[str | None, list[str]]:
+    """The file's text (None where there is no file), or the problems that keep it from being read."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return Loaded(Config(), [], path)
+        return None, []
     except OSError as e:
-        return Loaded(Config(), [f"it cannot be read ({e.strerror or e})"], path)
+        return None, [f"it cannot be read ({e.strerror or e})"]
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8"), []
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
-        return Loaded(Config(), [f"line {line} is not UTF-8 text (byte 0x{raw[e.start]:02x}), so none of it "
-                                 f"was read"], path)
+        return None, [f"line {line} is not UTF-8 text (byte 0x{raw[e.start]:02x}), so none of it was read"]
+
+
+def _settings_of(text: str, path: Path) -> Loaded:
+    """The settings in config.toml's ``text``: every setting that is fine on its own with the ones
+    kept before it, and the others named as problems."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -272,7 +274,6 @@ def load_lenient(path: Path | None = None) -> Loaded:
         return Loaded(Config.from_toml_dict(data), [], path)
     except ConfigError:
         pass
-    # keep every setting that is fine on its own with the ones kept before it; name the others
     good: dict = {}
     problems: list[str] = []
     for key, value in _leaves(data):
@@ -291,7 +292,143 @@ def load_lenient(path: Path | None = None) -> Loaded:
     return Loaded(cfg, problems or ["a setting could not be read"], path)
 
 
-def save(config: Config, path: Path | None = None) -> Path:
+def load_lenient(path: Path | None = None) -> Loaded:
+    r"""Read the config, starting on the defaults for whatever cannot be read (never raises).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "config.toml"
+    >>> _ = p.write_text('max_tokens = 64\n[model]\nctx_size = "big"\n', encoding="utf-8")
+    >>> got = load_lenient(p)
+    >>> got.config.max_tokens, got.config.model.ctx_size, got.damaged
+    (64, 4096, True)
+    >>> got.problems
+    ["model.ctx_size = 'big': expected a whole number"]
+    """
     path = path or paths.config_file()
-    atomic_write_bytes(path, tomli_w.dumps(config.to_toml_dict()).encode("utf-8"))
+    text, problems = _read_text(path)
+    if problems:
+        return Loaded(Config(), problems, path)
+    if text is None:
+        return Loaded(Config(), [], path)
+    return _settings_of(text, path)
+
+
+class _Gone:
+    """A setting that a change removes from the file (its value became "not set")."""
+
+    def __repr__(self) -> str:
+        return "<gone>"
+
+
+_GONE = _Gone()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same type (``1``, ``1.0`` and ``true`` are three different settings)."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _changes(before: dict, after: dict) -> list[tuple[tuple[str, ...], Any]]:
+    """(key path, new value or :data:`_GONE`) of every setting that differs from ``before`` to
+    ``after``; the ones set first, in ``after``'s order, then the ones gone.
+
+    >>> _changes({"ui": {"theme": "dark", "x": 1}}, {"ui": {"theme": "light"}, "max_tokens": 9})
+    [(('ui', 'theme'), 'light'), (('max_tokens',), 9), (('ui', 'x'), <gone>)]
+    """
+    old = dict(_leaves(before))
+    new = dict(_leaves(after))
+    out = [(key, value) for key, value in new.items() if key not in old or not _same(old[key], value)]
+    return out + [(key, _GONE) for key in old if key not in new]
+
+
+def _put(doc: Any, key: tuple[str, ...], value: Any) -> None:
+    """Set (or, for :data:`_GONE`, remove) one setting in a tomlkit document, making its tables
+    as needed; everything else in the document stays as it is."""
+    table = doc
+    for depth, part in enumerate(key[:-1]):
+        if part not in table:
+            if value is _GONE:
+                return
+            table[part] = _new_table(key[depth + 1:], value, among_tables=table is not doc)
+            return
+        table = table[part]
+    if value is _GONE:
+        if key[-1] in table:
+            del table[key[-1]]
+    else:
+        table[key[-1]] = value
+
+
+def _new_table(key: tuple[str, ...], value: Any, *, among_tables: bool) -> Any:
+    """A new table holding ``value`` at ``key`` (tables within it as needed). One that goes among a
+    table's own sub-tables ends with a blank line, as the tables around it do (tomlkit adds the
+    blank line before a new top-level table itself)."""
+    table = tomlkit.table()
+    table[key[0]] = value if len(key) == 1 else _new_table(key[1:], value, among_tables=False)
+    if among_tables:
+        table.add(tomlkit.nl())
+    return table
+
+
+def _edited(text: str, changes: list[tuple[tuple[str, ...], Any]]) -> str:
+    """config.toml's ``text`` with ``changes`` made, its comments, layout and other keys kept."""
+    try:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as e:
+        raise ConfigError(f"it cannot be edited keeping its layout ({e})") from None
+    for key, value in changes:
+        _put(doc, key, value)
+    out = tomlkit.dumps(doc)
+    if out.endswith("\n\n") and not text.endswith("\n\n"):
+        out = out.rstrip("\n") + "\n"     # a table added last ends the file as the file ended
+    return out
+
+
+def save(config: Config, path: Path | None = None, *, since: Config | None = None) -> Path:
+    r"""Write ``config``'s settings to config.toml, changing nothing else in the file.
+
+    Rules:
+
+    * The file is read again now, and only the settings that differ from ``since`` to ``config`` are
+      set (or removed, where ``config`` leaves them unset): ``since`` is what the file held when the
+      caller last read or wrote it, so a change writes only its own keys. Comments, key order, keys
+      this version does not know and settings edited in the file meanwhile (by the person, or another
+      draftlight) stay as they are. Without ``since``: every setting where the file says otherwise
+      (the file's settings become ``config``'s, its comments and unknown keys kept).
+    * Nothing to change: the file is not touched.
+    * A file with problems (:func:`load_lenient`'s ``damaged``) is never written over: raises
+      :class:`ConfigError`, and so does a change that would make the file unreadable.
+    * The new file replaces the old one at once (a temp file renamed over it), readable by its owner
+      only (mode 0600). A symlinked config.toml stays a symlink: the file it points at is replaced.
+
+    Returns the path written (``path``, the link where it is one).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "config.toml"
+    >>> _ = p.write_text("# mine\nmax_tokens = 64 # short\nfuture = 1\n", encoding="utf-8")
+    >>> c = load(p)
+    >>> c.system_prompt = "Be brief."
+    >>> _ = save(c, p, since=load(p))
+    >>> print(p.read_text(encoding="utf-8"), end="")
+    # mine
+    max_tokens = 64 # short
+    future = 1
+    system_prompt = "Be brief."
+    """
+    path = path or paths.config_file()
+    target = Path(os.path.realpath(path))
+    text, problems = _read_text(target)
+    on_disk = _settings_of(text, path) if text is not None else Loaded(Config(), problems, path)
+    if on_disk.damaged:
+        raise ConfigError(f"settings not saved: config.toml has problems ({path}): "
+                          + "; ".join(on_disk.problems) + "; fix it in an editor")
+    changes = _changes((since if since is not None else on_disk.config).to_toml_dict(), config.to_toml_dict())
+    if not changes:
+        return path
+    new = _edited(text or "", changes)
+    if _settings_of(new, path).damaged:
+        raise ConfigError(f"settings not saved: the change would leave {path} unreadable")
+    atomic_write_bytes(target, new.encode("utf-8"))
     return path

@@ -57,7 +57,7 @@ def _sha256(path: Path, progress: Progress | None, total: int) -> str:
 def _stamp_ok(target: Path, expected: str) -> bool:
     try:
         st = target.stat()
-        data = json.loads(_stamp_path(target).read_text())
+        data = json.loads(_stamp_path(target).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return (data.get("sha256") == expected and data.get("size") == st.st_size

@@ -297,6 +297,8 @@ class ChatSession:
         self.lookup_root = lookup_root
         self.use_lookup_store = use_lookup_store
         #: the lookup caches of the loaded model's vocabulary (when ngram-cache is in use)
+        #: saved_config as config.toml held it when last read or written: a save writes what differs
+        self._config_on_disk = self.saved_config.copy()
         self.store: Any = None
         #: (engine, store) a settings change opened whose SpecApplied is not applied yet; its own
         #: lock (the owner thread must never wait for engine_lock, which a reply holds throughout)
@@ -367,7 +369,9 @@ class ChatSession:
         if not self.persist_config:
             return None
         try:
-            config_mod.save(self.saved_config)
+            config_mod.save(self.saved_config, since=self._config_on_disk)
+        except config_mod.ConfigError as e:
+            return describe(e)
         except OSError as e:
             return f"could not save settings: {describe(e)}"
         return None
@@ -389,6 +393,7 @@ class ChatSession:
         self.load_error = None
         self._start(self._load_thread, dataclasses.replace(self.config.model), self.config.spec.copy(),
                     old, old_store, name="load")
+        self._config_on_disk = self.saved_config.copy()
 
     def _load_thread(self, model: ModelOptions, spec: SpecParams, old: Any, old_store: Any) -> None:
         if old is not None:
