@@ -78,7 +78,7 @@ def _debug_dump_on_signal() -> None:
     import faulthandler
     import signal
     if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, file=open(path, "w"), all_threads=True)  # noqa: SIM115
+        faulthandler.register(signal.SIGUSR1, file=open(path, "w", encoding="utf-8"), all_threads=True)  # noqa: SIM115
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,6 +107,21 @@ def make_app(args: argparse.Namespace, settings=None, **kw):
                          notices=[loaded.notice()] if loaded.damaged else [], **kw)
 
 
+def _close_from_watchdog(session) -> None:
+    """Close the session from the exit watchdog's thread while the UI thread is stuck: the
+    history may be used from any thread (one lock over its connection), so the reply being
+    written is saved as stopped. Where closing fails part-way, the engine is still closed:
+    no runner process outlives the app."""
+    try:
+        session.close()
+    except Exception:
+        engine = getattr(session, "engine", None)
+        if engine is not None:
+            with contextlib.suppress(Exception):
+                engine.close()
+        raise
+
+
 #: how long a SIGTERM/SIGHUP waits for the app's own shutdown before the process ends anyway
 EXIT_GRACE_S = 10.0
 
@@ -118,8 +133,8 @@ def _quit_on_signals(app, grace_s: float | None = None) -> None:
     Where the terminal is gone (SIGHUP), Textual's shutdown can wait forever to write the
     codes that restore it (seen: its writer thread's queue full, nobody to take the output).
     So the signal also starts a watchdog: if the process is still here ``grace_s`` later, the
-    session is closed (the reply saved, the runner ended) and the process exits with the
-    signal's code."""
+    session is closed from the watchdog's thread (:func:`_close_from_watchdog`: the reply
+    saved as stopped, the runner ended) and the process exits with the signal's code."""
     import signal
     import threading
     grace = EXIT_GRACE_S if grace_s is None else grace_s
@@ -128,7 +143,7 @@ def _quit_on_signals(app, grace_s: float | None = None) -> None:
     def watchdog(code: int) -> None:
         time.sleep(grace)
         with contextlib.suppress(Exception):
-            app.session.close()
+            _close_from_watchdog(app.session)
         os._exit(code)
 
     def handler(signum, _frame) -> None:

@@ -176,6 +176,15 @@ class LookupSaved:
 
 
 @dataclass
+class HistoryNotice:
+    """Saving the chat history failed (``error``: why), or works again (``error`` None: what
+    was kept in memory meanwhile is saved now). Posted by the owner thread itself, once per
+    spell of failures: a reply whose every save fails is said once, not once per token."""
+
+    error: str | None = None
+
+
+@dataclass
 class StaticBuildProgress:
     done: int
     total: int
@@ -206,7 +215,7 @@ class ReadAhead:
 
 SessionEvent = (LoadProgress | EngineReady | EngineFailed | SpecApplied | ReplyProgress
                 | ContextTrimmed | ReplyDone | ReplyFailed | LookupSaved | StaticBuildProgress | StaticBuilt
-                | RunnerStopped | ReadAhead)
+                | RunnerStopped | ReadAhead | HistoryNotice)
 
 
 # ---------------------------------------------------------------------------
@@ -272,6 +281,11 @@ class ChatSession:
     """See the module docstring."""
 
     SAVE_EVERY_S = 0.5
+    #: seconds the runner is given to save its caches and exit when the chat closes (then it is killed)
+    CLOSE_RUNNER_S = 0.75
+    #: while saving fails, a streaming reply is saved again this far apart (each try may wait
+    #: out a lock another program holds: History's timeout, on the owner thread)
+    SAVE_RETRY_S = 5.0
 
     def __init__(self, config: config_mod.Config | None = None, *, post: Post,
                  engine_factory: EngineFactory | None = None, history: History | None = None,
@@ -296,6 +310,11 @@ class ChatSession:
                 self.history_error = str(e)
         self.lookup_root = lookup_root
         self.use_lookup_store = use_lookup_store
+        #: history writes that failed, by what they save (a turn, a chat's system prompt, ...):
+        #: tried again, oldest first, at the next save (:meth:`_save`)
+        self._unsaved: dict[Any, Callable[[], None]] = {}
+        #: why the last save failed, while saves fail (said once: :class:`HistoryNotice`)
+        self.history_failing: str | None = None
         #: the lookup caches of the loaded model's vocabulary (when ngram-cache is in use)
         #: saved_config as config.toml held it when last read or written: a save writes what differs
         self._config_on_disk = self.saved_config.copy()
@@ -624,7 +643,9 @@ class ChatSession:
         """Add the person's message and start the reply.
 
         Returns the reply's turn; None when the message was queued because the
-        model is still loading. Raises :class:`SessionError` when it cannot be sent.
+        model is still loading. Raises :class:`SessionError` when it cannot be sent, and
+        :class:`HistoryError` when it cannot be saved: then nothing was sent (the conversation
+        is as it was), so the person's text stays where they typed it, to send again.
         """
         text = text.strip("\n")
         if not text.strip():
@@ -641,9 +662,21 @@ class ChatSession:
         self.turns.append(turn)
         if self.history is not None and self.chat_id is not None:
             turn.msg_id = self.history.add_message(self.chat_id, "user", text)
-            if not self.title:
-                self.title = storage.title_from(text)
-        return self.start_reply()
+        self.turns.append(turn)
+        try:
+            reply = self.start_reply()
+        except HistoryError:
+            # the reply's record could not be added: the message is taken back, its saved
+            # record too (at the next save, where the history refuses this one as well)
+            self.turns.remove(turn)
+            if self.history is not None and turn.msg_id is not None:
+                history, msg_id = self.history, turn.msg_id
+                self._unsaved[("turn", turn.key)] = lambda: history.delete_messages([msg_id])
+            raise
+        if self.history is not None and self.chat_id is not None and not self.title:
+            self.title = storage.title_from(text)
+        self._retry_unsaved()
+        return reply
 
     def start_reply(self) -> Turn:
         """Write a reply to the conversation as it stands (the last turn is the person's)."""
@@ -864,8 +897,10 @@ class ChatSession:
             if job.live_next is not None:
                 job.live, job.live_next = job.live_next, None
         now = time.perf_counter()
-        if self.history is not None and job.turn.msg_id is not None and now - job.last_saved >= self.SAVE_EVERY_S:
-            # the reply so far, so that a crash or a kill loses at most half a second of it
+        every = self.SAVE_EVERY_S if self.history_failing is None else self.SAVE_RETRY_S
+        if self.history is not None and job.turn.msg_id is not None and now - job.last_saved >= every:
+            # the reply so far, so that a crash or a kill loses at most half a second of it (a
+            # save that fails keeps the reply here, says so once, and is tried again later)
             job.last_saved = now
             self._store_turn(job.turn)
 
@@ -909,8 +944,9 @@ class ChatSession:
         turn.text = "".join(t.text for t in turn.tokens)
         if self.history is not None and turn.msg_id is not None:
             if turn.tokens:
-                self.history.update_message(turn.msg_id, content=turn.text, tokens=turn.tokens,
-                                            status=storage.ERROR, finish_reason="error")
+                text, tokens = turn.text, list(turn.tokens)
+                self._save(("turn", turn.key), lambda: history.update_message(
+                    msg_id, content=text, tokens=tokens, status=storage.ERROR, finish_reason="error"))
             else:
                 self.history.delete_messages([turn.msg_id])
                 turn.msg_id = None
@@ -919,6 +955,7 @@ class ChatSession:
         if idx > 0 and not turn.tokens and self.turns[idx - 1].role == "user":
             self.turns[idx - 1].error = ev.error
         self.job = None
+                self._save(("turn", turn.key), lambda: history.delete_messages([msg_id]))
 
     def _on_RunnerStopped(self, ev: RunnerStopped) -> None:
         if not ev.gave_up:
@@ -927,7 +964,47 @@ class ChatSession:
     def _on_LookupSaved(self, ev: LookupSaved) -> None:
         self.lookup_last_save = ev.info
 
-    def _store_turn(self, turn: Turn, final: bool = False) -> None:
+    def _store_turn(self, turn: Turn, final: bool = False) -> bool:
+        """Save ``turn`` as it stands (``final``: its figures, status and end too); whether it
+        is saved. Never raises (it runs on event paths and at the exit): a save that fails
+        keeps the turn in memory and is tried again at the next save (:meth:`_save`)."""
+        if self.history is None or turn.msg_id is None:
+            return True
+        return self._save(("turn", turn.key), lambda: self._write_turn(turn, final))
+
+    def _save(self, key: Any, write: Callable[[], None]) -> bool:
+        """Run a history ``write`` (``key``: what it saves; it replaces a failed write of the
+        same thing), after the writes that failed before; whether all are saved now. Never
+        raises: where saving fails the chat goes on in memory, what failed is kept to be tried
+        again at the next save, and the person is told once (and again when it works)."""
+        self._unsaved[key] = write
+        return self._retry_unsaved()
+
+    def _retry_unsaved(self) -> bool:
+        """Try the writes that failed, oldest first, up to the first that fails again (so one
+        save waits out a lock once at most); whether none is left. Said by
+        :class:`HistoryNotice`: the first failure of a spell, and its end."""
+        if self.history is None:
+            self._unsaved.clear()
+            return True
+        while self._unsaved:
+            key, write = next(iter(self._unsaved.items()))
+            try:
+                write()
+            except HistoryError as e:
+                if self.history_failing is None:
+                    self.post(HistoryNotice(str(e)))
+                self.history_failing = str(e)
+                return False
+            if self._unsaved.get(key) is write:
+                del self._unsaved[key]
+        if self.history_failing is not None:
+            self.history_failing = None
+            self.post(HistoryNotice(None))
+        return True
+
+    def _write_turn(self, turn: Turn, final: bool) -> None:
+        """(:meth:`_store_turn`'s write) the turn as it is now; raises :class:`HistoryError`."""
         if self.history is None or turn.msg_id is None:
             return
         job = self.job
@@ -974,7 +1051,9 @@ class ChatSession:
     def set_system_prompt(self, text: str) -> None:
         self.system_prompt = text.strip()
         if self.history is not None and self.chat_id is not None:
-            self.history.set_system_prompt(self.chat_id, self.system_prompt)
+            # applies from the next reply either way; the chat's copy is saved (or tried again)
+            history, chat_id, prompt = self.history, self.chat_id, self.system_prompt
+            self._save(("system", chat_id), lambda: history.set_system_prompt(chat_id, prompt))
         self.config.system_prompt = self.system_prompt
         self.saved_config.system_prompt = self.system_prompt
         self.save_config()
@@ -1011,8 +1090,11 @@ class ChatSession:
             raise SessionError("that chat no longer exists") from None
         self._detach_job()
         self.chat_id = chat.id
+        """Open a saved chat (the reply being written is stopped and saved to its own chat).
+        Raises :class:`HistoryError` where the history cannot be read."""
         self.title = chat.title
         self.system_prompt = chat.system_prompt
+        self._retry_unsaved()       # the chat is read back as it was left, where that can be saved
         self.context_start = 0
         self.turns = [Turn(m.role, m.content, m.id, list(m.tokens), m.stats, m.status, m.finish_reason,
                            "not answered" if m.status == storage.ERROR and m.role == "user" else None)
@@ -1030,7 +1112,9 @@ class ChatSession:
             self.title = title.strip() or "Untitled chat"
 
     def delete(self, chat_id: int) -> bool:
-        """Delete a saved chat; True when it was the open one (the session is then a new chat)."""
+        """Delete a saved chat; True when it was the open one (the session is then a new chat).
+        Raises :class:`HistoryError` where it cannot be deleted (it is then as it was)."""
+        """Raises :class:`HistoryError` where it cannot be saved (the title is then unchanged)."""
         if self.history is None:
             return False
         self.history.delete_chat(chat_id)

@@ -9,6 +9,11 @@ keeps status ``streaming`` and reads back as interrupted.
 Per token we keep the id, its text, which speculator drafted it (or None)
 and its draft position, so a resumed chat is coloured exactly as it was.
 
+The files are the person's alone (0600, in a 0700 data folder), and any
+thread may use the store (one lock over the connection). A write that fails
+(a full disk, a lock held too long, a damaged page) raises
+:class:`HistoryError` and leaves the last committed state.
+
 >>> import tempfile, pathlib
 >>> h = History(pathlib.Path(tempfile.mkdtemp()) / "h.sqlite3")
 >>> cid = h.create_chat()
@@ -20,17 +25,22 @@ and its draft position, so a resumed chat is coloured exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sqlite3
+import stat
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from speculators.events import TokenEvent
 
 from . import paths
+from .errors import UserError
 
 #: 2: the Lab's runs (lab_runs)
 SCHEMA_VERSION = 2
@@ -76,8 +86,10 @@ ERROR = "error"
 TITLE_MAX = 60
 
 
-class HistoryError(RuntimeError):
-    """The history database cannot be opened or is damaged."""
+class HistoryError(UserError):
+    """The chat history cannot be opened, read or saved; the message says why and where
+    (SQLite's own reason: a full disk, a lock held too long by another program, a damaged
+    page, ...)."""
 
 
 def tokens_to_json(tokens: Sequence[TokenEvent]) -> str:
@@ -175,14 +187,67 @@ def title_from(text: str) -> str:
     return line or "Untitled chat"
 
 
-class History:
-    """The chat store. Use from one thread (the UI's)."""
+#: the history's files are the person's chats: only they may read them (config and exports are
+#: 0600 too); the data folder draftlight owns is 0700
+PRIVATE_FILE = 0o600
+PRIVATE_FOLDER = 0o700
+#: the files SQLite keeps beside the database (WAL mode; a rollback journal after a crash in another mode)
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
-    def __init__(self, path: Path | str | None = None):
+
+def _tighten(path: Path) -> None:
+    """Take group's and others' permissions off ``path`` (a file or folder of ours), if it has any."""
+    with contextlib.suppress(OSError):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            os.chmod(path, mode & ~0o077)
+
+
+def private_folder(folder: Path, ours: bool) -> None:
+    """Make sure ``folder`` exists, private to the user when draftlight made it or owns it.
+
+    A folder that is missing is created 0700. One that exists is tightened only when it is
+    ``ours`` (the data folder draftlight keeps, from platformdirs): a folder the person named
+    for the history keeps the permissions they gave it."""
+    if not folder.is_dir():
+        folder.mkdir(mode=PRIVATE_FOLDER, parents=True, exist_ok=True)
+    if ours:
+        _tighten(folder)
+
+
+def private_files(db: Path) -> None:
+    """The database file and those SQLite keeps beside it, 0600: the database is created so
+    (SQLite gives its ``-wal``, ``-shm`` and journal the database's permissions), and files an
+    older draftlight left readable by others are tightened."""
+    if not db.exists():
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    for p in (db, *(db.with_name(db.name + s) for s in SIDE_FILES)):
+        if p.is_file():
+            _tighten(p)
+
+
+class History:
+    """The chat store.
+
+    Safe to use from any thread: every use of the connection holds :attr:`lock` (the UI thread
+    writes the chat; the exit watchdog saves the reply being written when Textual's shutdown
+    hangs). Every SQLite error after the database opened (a full disk, a lock another program
+    holds longer than ``timeout`` seconds, a damaged page) is a :class:`HistoryError` saying
+    what could not be done, why and where, never ``sqlite3``'s own exception.
+    """
+
+    def __init__(self, path: Path | str | None = None, *, timeout: float = 5.0):
         self.path = Path(path) if path is not None else paths.history_db()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
         try:
-            self.db = sqlite3.connect(str(self.path), timeout=5.0, isolation_level=None)
+            private_folder(self.path.parent, ours=path is None)
+            private_files(self.path)
+        except OSError as e:
+            raise HistoryError(f"cannot open the chat history {self.path}: {e.strerror or e}") from None
+        try:
+            self.db = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None,
+                                      check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
@@ -197,76 +262,93 @@ class History:
             raise HistoryError(f"cannot open the chat history {self.path}: {e}") from None
 
     # -- plumbing ------------------------------------------------------------
-    def _tx(self):
-        db = self.db
+    @contextlib.contextmanager
+    def _using(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """The connection, this thread's alone for the block; an SQLite error in it is a
+        :class:`HistoryError`: "the chat history could not be ``doing``: why (where)"."""
+        with self.lock:
+            try:
+                yield self.db
+            except sqlite3.Error as e:
+                raise HistoryError(f"the chat history could not be {doing}: {e} ({self.path})") from e
 
-        class _Tx:
-            def __enter__(self_inner):
-                db.execute("BEGIN IMMEDIATE")
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed at the end of the block, rolled back where anything
+        in it (the commit included) failed, so a failed save leaves the last saved state."""
+        with self._using("saved") as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                raise
 
-            def __exit__(self_inner, exc_type, exc, tb):
-                if exc_type is None:
-                    db.execute("COMMIT")
-                else:
-                    db.execute("ROLLBACK")
-                return False
-        return _Tx()
+    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._using("read")
 
     def close(self) -> None:
-        try:
+        with self.lock, contextlib.suppress(sqlite3.Error):
             self.db.close()
-        except sqlite3.Error:  # pragma: no cover
-            pass
 
     # -- chats ---------------------------------------------------------------
     def create_chat(self, title: str = "", system_prompt: str = "", model: str = "") -> int:
         now = time.time()
-        with self._tx():
-            cur = self.db.execute(
+        with self._tx() as db:
+            cur = db.execute(
                 "INSERT INTO chats (title, system_prompt, model, created, updated) VALUES (?,?,?,?,?)",
                 (title, system_prompt, model, now, now))
         return int(cur.lastrowid)
 
     def list_chats(self) -> list[ChatSummary]:
         """Every chat, the most recently used first."""
-        rows = self.db.execute(
-            "SELECT c.id, c.title, c.updated, c.created, COUNT(m.id) FROM chats c "
-            "LEFT JOIN messages m ON m.chat_id = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
-        ).fetchall()
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT c.id, c.title, c.updated, c.created, COUNT(m.id) FROM chats c "
+                "LEFT JOIN messages m ON m.chat_id = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
+            ).fetchall()
         return [ChatSummary(r[0], r[1] or "Untitled chat", r[2], r[3], r[4]) for r in rows]
 
     def sent_messages(self, limit: int = 200) -> list[str]:
         """The person's latest messages over every chat, oldest first (the prompt's Up/Down)."""
-        rows = self.db.execute(
-            "SELECT content FROM messages WHERE role='user' ORDER BY created DESC, id DESC LIMIT ?",
-            (limit,)).fetchall()
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT content FROM messages WHERE role='user' ORDER BY created DESC, id DESC LIMIT ?",
+                (limit,)).fetchall()
         return [r[0] for r in reversed(rows)]
 
     def rename_chat(self, chat_id: int, title: str) -> None:
-        with self._tx():
-            self.db.execute("UPDATE chats SET title=? WHERE id=?", (title.strip() or "Untitled chat", chat_id))
+        with self._tx() as db:
+            db.execute("UPDATE chats SET title=? WHERE id=?", (title.strip() or "Untitled chat", chat_id))
 
     def set_system_prompt(self, chat_id: int, text: str) -> None:
-        with self._tx():
-            self.db.execute("UPDATE chats SET system_prompt=? WHERE id=?", (text, chat_id))
+        with self._tx() as db:
+            db.execute("UPDATE chats SET system_prompt=? WHERE id=?", (text, chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
-        with self._tx():
-            self.db.execute("DELETE FROM chats WHERE id=?", (chat_id,))
+        with self._tx() as db:
+            db.execute("DELETE FROM chats WHERE id=?", (chat_id,))
 
     def chat_exists(self, chat_id: int) -> bool:
-        return self.db.execute("SELECT 1 FROM chats WHERE id=?", (chat_id,)).fetchone() is not None
+        with self._read() as db:
+            return db.execute("SELECT 1 FROM chats WHERE id=?", (chat_id,)).fetchone() is not None
 
     def load_chat(self, chat_id: int) -> Chat:
-        row = self.db.execute(
-            "SELECT id, title, system_prompt, model, created, updated FROM chats WHERE id=?",
-            (chat_id,)).fetchone()
-        if row is None:
-            raise KeyError(chat_id)
-        chat = Chat(*row)
-        for r in self.db.execute(
+        """The chat and its messages; KeyError where there is no such chat."""
+        with self._read() as db:
+            row = db.execute(
+                "SELECT id, title, system_prompt, model, created, updated FROM chats WHERE id=?",
+                (chat_id,)).fetchone()
+            if row is None:
+                raise KeyError(chat_id)
+            rows = db.execute(
                 "SELECT id, seq, role, content, status, finish_reason, stats, tokens, created "
-                "FROM messages WHERE chat_id=? ORDER BY seq", (chat_id,)):
+                "FROM messages WHERE chat_id=? ORDER BY seq", (chat_id,)).fetchall()
+        chat = Chat(*row)
+        for r in rows:
             chat.messages.append(StoredMessage(
                 id=r[0], seq=r[1], role=r[2], content=r[3], status=r[4], finish_reason=r[5],
                 stats=json.loads(r[6]) if r[6] else None, tokens=tokens_from_json(r[7]),
@@ -279,19 +361,18 @@ class History:
                     finish_reason: str | None = None) -> int:
         """Append a message; the first user message titles an untitled chat."""
         now = time.time()
-        with self._tx():
-            seq = self.db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE chat_id=?",
-                                  (chat_id,)).fetchone()[0]
-            cur = self.db.execute(
+        with self._tx() as db:
+            seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE chat_id=?",
+                             (chat_id,)).fetchone()[0]
+            cur = db.execute(
                 "INSERT INTO messages (chat_id, seq, role, content, status, finish_reason, stats, tokens, created)"
                 " VALUES (?,?,?,?,?,?,?,?,?)",
                 (chat_id, seq, role, content, status, finish_reason,
                  json.dumps(stats) if stats is not None else None,
                  tokens_to_json(tokens) if tokens is not None else None, now))
             if role == "user":
-                self.db.execute("UPDATE chats SET title=? WHERE id=? AND title=''",
-                                (title_from(content), chat_id))
-            self.db.execute("UPDATE chats SET updated=? WHERE id=?", (now, chat_id))
+                db.execute("UPDATE chats SET title=? WHERE id=? AND title=''", (title_from(content), chat_id))
+            db.execute("UPDATE chats SET updated=? WHERE id=?", (now, chat_id))
         return int(cur.lastrowid)
 
     def update_message(self, message_id: int, *, content: str | None = None,
@@ -310,16 +391,16 @@ class History:
             vals.append(json.dumps(stats))
         if not sets:
             return
-        with self._tx():
-            self.db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", (*vals, message_id))
-            self.db.execute("UPDATE chats SET updated=? WHERE id=(SELECT chat_id FROM messages WHERE id=?)",
-                            (time.time(), message_id))
+        with self._tx() as db:
+            db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", (*vals, message_id))
+            db.execute("UPDATE chats SET updated=? WHERE id=(SELECT chat_id FROM messages WHERE id=?)",
+                       (time.time(), message_id))
 
     def delete_messages(self, message_ids: Sequence[int]) -> None:
         if not message_ids:
             return
-        with self._tx():
-            self.db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in message_ids])
+        with self._tx() as db:
+            db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in message_ids])
 
     # -- export ------------------------------------------------------------------
     def export_markdown(self, chat_id: int) -> str:
@@ -329,17 +410,19 @@ class History:
     # -- the Lab's runs ------------------------------------------------------------
     def add_lab_run(self, report: Any) -> int:
         """Keep a :class:`app.lab.LabReport`; returns its id."""
-        with self._tx():
-            cur = self.db.execute("INSERT INTO lab_runs (created, model, prompt, report) VALUES (?, ?, ?, ?)",
-                                  (report.created, report.model, report.prompt, report.to_json()))
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO lab_runs (created, model, prompt, report) VALUES (?, ?, ?, ?)",
+                             (report.created, report.model, report.prompt, report.to_json()))
         return int(cur.lastrowid)
 
     def lab_runs(self, limit: int = 50) -> list[Any]:
         """The kept Lab reports, newest first (a damaged one is left out, not deleted)."""
         from .lab import LabReport
+        with self._read() as db:
+            rows = db.execute("SELECT id, report FROM lab_runs ORDER BY created DESC, id DESC LIMIT ?",
+                              (limit,)).fetchall()
         out = []
-        for rid, data in self.db.execute("SELECT id, report FROM lab_runs ORDER BY created DESC, id DESC LIMIT ?",
-                                         (limit,)):
+        for rid, data in rows:
             try:
                 out.append(LabReport.from_dict(json.loads(data), id=int(rid)))
             except (ValueError, KeyError, TypeError):
@@ -347,7 +430,8 @@ class History:
         return out
 
     def integrity_ok(self) -> bool:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        with self._read() as db:
+            return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def chat_to_markdown(chat: Chat) -> str:

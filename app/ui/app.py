@@ -47,7 +47,7 @@ from ..errors import UserError, describe
 from ..options import ModelOptions
 from ..runner import usable_cores
 from ..session import ChatSession, Turn
-from ..storage import History
+from ..storage import History, HistoryError
 from .clipboard import copy_to_system
 from .screens import (ChatsResult, ChatsScreen, HelpScreen, SettingsResult, SettingsScreen, TextPromptScreen)
 from .themes import draft_styles, to_textual
@@ -182,6 +182,12 @@ def downloads_folder() -> Path:
     """Where Textual saves screenshots (the platform's Downloads folder)."""
     from platformdirs import user_downloads_path
     return user_downloads_path()
+
+
+def _sentence(text: str) -> str:
+    """An error's line as a sentence: a capital first, a full stop last."""
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
 
 
 class DraftlightApp(App[int]):
@@ -812,6 +818,13 @@ class DraftlightApp(App[int]):
         n_before = len(s.turns)
         try:
             reply = s.send(text)
+        except HistoryError as e:
+            # nothing was sent: the text is (or is put back) in the prompt, to send again
+            if not from_prompt and not prompt.text.strip():
+                prompt.text = text
+            self.notify(f"{_sentence(describe(e))} Your message was not sent: it is in the prompt, to send again.",
+                        severity="error", timeout=15)
+            return False
         except UserError as e:
             self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", severity="warning", timeout=4)
             return False
@@ -825,6 +838,14 @@ class DraftlightApp(App[int]):
             self._mount_turn(turn)
         self._reply_started()
         return True
+
+    def _ui_HistoryNotice(self, ev: sess.HistoryNotice) -> None:
+        """A save of the chat failed (said once until saving works again), or works again."""
+        if ev.error:
+            self.notify(f"{_sentence(ev.error)} The chat goes on here and is saved once the history can be "
+                        "written again.", severity="error", timeout=15)
+        else:
+            self.notify("The chat history is saved again.", timeout=4)
 
     def _reply_started(self) -> None:
         # a reply's first paint starts the clock: what sending it cost (its views laid out and
@@ -1069,14 +1090,22 @@ class DraftlightApp(App[int]):
 
     @on(ChatsScreen.Rename)
     def _rename_chat(self, msg: ChatsScreen.Rename) -> None:
-        self.session.rename(msg.chat_id, msg.title)
+        try:
+            self.session.rename(msg.chat_id, msg.title)
+        except UserError as e:
+            self.notify(_sentence(describe(e)), severity="error", timeout=10)
+            return
         self._refresh_chats_screen(msg.chat_id)
         self._refresh_bars()
 
     @on(ChatsScreen.Delete)
     def _delete_chat(self, msg: ChatsScreen.Delete) -> None:
-        if self.session.delete(msg.chat_id):
-            self._show_conversation()
+        try:
+            if self.session.delete(msg.chat_id):
+                self._show_conversation()
+        except UserError as e:
+            self.notify(_sentence(describe(e)), severity="error", timeout=10)
+            return
         self._refresh_chats_screen()
         self.notify("Chat deleted.", timeout=2)
 
