@@ -1,43 +1,41 @@
 """The model in a process of its own, so that the chat survives whatever native code does.
 
-The chat's process never loads a model: a *runner* child process holds the
-model, its context, the speculator chain and the lookup caches, and the
-session talks to it through :class:`RunnerEngine`, which has the engine's
-interface (``set_spec``, ``prompt_tokens``, ``generate``, ``close``). What the
-UI needs to know of the engine arrives as typed snapshots
-(:class:`EngineSnapshot`) after each call; the engine's own event objects
-(:class:`~speculators.events.StepEvent`, ...) cross the process boundary
-as they are.
+The chat's process never loads a model: a *runner* child process
+(:mod:`app.runner_child`) holds the model, its context, the speculator chain and
+the lookup caches, and the session talks to it through :class:`RunnerEngine`,
+which has the engine's interface (``set_spec``, ``prompt_tokens``, ``generate``,
+``close``). The messages and the rules they follow are in
+:mod:`app.runner_protocol`: every request has an id and every answer names it
+(a late answer to a cancelled request is dropped, never taken for another's),
+a stop is a message the runner acts on at once, and what the UI shows of the
+engine comes from the last :class:`~app.runner_protocol.EngineSnapshot`, so
+that nothing the UI does waits for the runner.
+
+Threads of the chat's process, per runner: a *writer* that sends what was queued
+(so no caller, the UI's thread included, ever blocks on a busy or stopped
+runner's socket), a *reader* that hands each answer to the request waiting for
+it, and a *log reader* (llama.cpp's lines, and the runner's death between
+requests). A request waits on its own queue.
 
 When the runner dies (a segmentation fault or an abort in llama.cpp, the
-kernel's OOM killer, a ``kill``), the call in progress raises
+kernel's OOM killer, a ``kill``), the request in progress raises
 :class:`RunnerCrashed`, whose message says how it died, the last lines it
 logged and what to try; a fresh runner is then started in the background
 (the model loaded again, the last speculation and lookup caches restored).
 The same crash twice in a row with the same settings stops the automatic
 restart (:class:`RunnerGaveUp`) until the settings change.
 
-A stop request (the chat's Esc) is passed on at once; a runner that does not
-end the reply within :attr:`RunnerEngine.GRACE_S` seconds (stuck in native
-code) is killed, and the reply ends as stopped with what it had.
-
-Protocol (pickled tuples over a socket pair; both ends are this package):
-
-- parent → runner: ``("load", model_options, spec)``, ``("call", method, args, kwargs)``,
-  ``("cancel",)``, ``("close",)``;
-- runner → parent: ``("progress", done, total, phase)``, ``("events", [event, ...])``,
-  ``("ok", value, snapshot)``, ``("error", exception, snapshot)``.
-
-Where the model's threads take every core, a reply's events cross in batches, at most
-every :attr:`EventBatches.EVERY_CONTENDED_S` (the first at once): each crossing wakes a
-thread of the chat's process, and on such a CPU every wake-up is taken from the model's
-threads (one per token cost the model ~0.02x of its speed).
+A stop (the chat's Esc) reaches the runner at once and stops a decode in
+progress (llama.cpp's abort callback, on the CPU); a runner that has not ended
+the reply :attr:`RunnerEngine.GRACE_S` seconds later (stuck in a native call
+that cannot be aborted) is killed, and the reply ends as stopped with what it had.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import os
 import queue
 import signal
@@ -46,19 +44,22 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator, Sequence
 
+from . import runner_protocol as rp
 from .errors import UserError, describe
+from .runner_child import CRASH_ENV, CRASH_ONCE_ENV, EventBatches, contended, die_with_parent, usable_cores
+from .runner_protocol import (ChainInfo, ContextInfo, EngineSnapshot, LookupInfo, ModelInfo, SpeculatorInfo,
+                              TemplateInfo)
+
+__all__ = ["RunnerEngine", "RunnerStore", "RunnerError", "RunnerCrashed", "RunnerGaveUp", "EngineSnapshot",
+           "ModelInfo", "ChainInfo", "ContextInfo", "TemplateInfo", "LookupInfo", "SpeculatorInfo",
+           "CRASH_ENV", "CRASH_ONCE_ENV", "EventBatches", "contended", "usable_cores", "die_with_parent",
+           "crash_advice", "rpc_lost", "telling_lines"]
 
 Progress = Callable[[int, int, str], None]
 
-#: tests: the runner kills itself with this signal after this many steps of a reply ("segv:3"),
-#: or hangs there as if stuck in native code ("hang:3")
-CRASH_ENV = "DRAFTLIGHT_RUNNER_CRASH"
-#: tests: a file; when given, the crash above happens once only (the file marks that it did)
-CRASH_ONCE_ENV = "DRAFTLIGHT_RUNNER_CRASH_ONCE"
 #: marks the lookup store of the runner in ``set_spec`` resources
 STORE_MARK = "__runner_store__"
 
@@ -81,93 +82,7 @@ class RunnerGaveUp(RunnerCrashed):
 
 
 # ---------------------------------------------------------------------------
-# snapshots: what the UI may know of the engine
-# ---------------------------------------------------------------------------
-
-@dataclass
-class ModelInfo:
-    path: str
-    description: str = ""
-    n_vocab: int = 0
-    n_ctx_train: int = 0
-    is_recurrent: bool = False
-    is_hybrid: bool = False
-    load_mtp: bool = False
-    use_extra_bufts: bool = True
-
-
-@dataclass
-class SpeculatorInfo:
-    name: str
-    stats: Any = None   # a SpeculatorStats
-
-
-@dataclass
-class ChainInfo:
-    speculators: list[SpeculatorInfo] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    adaptive: bool = False
-    auto_plan: list | None = None
-
-    def stats(self) -> dict:
-        return {s.name: s.stats for s in self.speculators}
-
-
-@dataclass
-class ContextInfo:
-    n_ctx: int
-    n_batch: int = 512
-    n_threads: int | None = None
-    n_gpu_layers: int = 0
-    #: recurrent-state snapshots the target's context keeps (its load plan)
-    n_rs_seq: int = 0
-
-
-@dataclass
-class TemplateInfo:
-    stop_strings: tuple[str, ...] = ()
-
-
-@dataclass
-class EngineSnapshot:
-    model: ModelInfo
-    chain: ChainInfo
-    spec: Any                      # SpecParams
-    ctx: ContextInfo
-    template: TemplateInfo
-    #: whether the model was loaded with the CPU's extra buffer types (see app.cpu_check)
-    extra_bufts: bool = True
-    pid: int = 0
-    #: the devices llama.cpp saw when the model was loaded (RPC servers' included), with their memory
-    devices: list = field(default_factory=list)
-
-
-def snapshot(engine: Any) -> EngineSnapshot:
-    """The runner side: what the UI may know of ``engine`` now."""
-    m = engine.model
-    chain = engine.chain
-    specs = [SpeculatorInfo(s.name, s.stats.copy() if hasattr(s.stats, "copy") else s.stats)
-             for s in getattr(chain, "speculators", [])] if chain is not None else []
-    cfg = engine.config
-    ctx = getattr(engine, "ctx", None)
-    return EngineSnapshot(
-        model=ModelInfo(str(m.path), m.description() if hasattr(m, "description") else "",
-                        int(getattr(m, "n_vocab", 0) or 0), int(getattr(m, "n_ctx_train", 0) or 0),
-                        bool(getattr(m, "is_recurrent", False)), bool(getattr(m, "is_hybrid", False)),
-                        bool(getattr(m, "load_mtp", False)), bool(getattr(m, "use_extra_bufts", True))),
-        chain=ChainInfo(specs, dict(getattr(chain, "skipped", {}) or {}), bool(getattr(chain, "adaptive", False)),
-                        getattr(chain, "auto_plan", None)),
-        spec=engine.spec,
-        ctx=ContextInfo(int(getattr(ctx, "n_ctx", None) or cfg.n_ctx), int(getattr(cfg, "n_batch", 512)),
-                        getattr(ctx, "n_threads", None) or getattr(cfg, "n_threads", None),
-                        int(getattr(cfg, "n_gpu_layers", 0) or 0), int(getattr(engine, "n_rs_seq", 0) or 0)),
-        template=TemplateInfo(tuple(getattr(getattr(engine, "template", None), "stop_strings", ()) or ())),
-        extra_bufts=bool(getattr(m, "use_extra_bufts", True)), pid=os.getpid(),
-        devices=list(getattr(engine, "device_list", None) or []))
-
-
-# ---------------------------------------------------------------------------
-# the parent's side
+# how a runner's death is told
 # ---------------------------------------------------------------------------
 
 def _signal_text(rc: int | None) -> str:
@@ -219,6 +134,77 @@ def telling_lines(lines: Sequence[str], n: int = 4) -> list[str]:
     return out[-n:]
 
 
+
+# ---------------------------------------------------------------------------
+# the chat's side
+# ---------------------------------------------------------------------------
+
+class _Died:
+    """Put in a request's queue when its runner is gone."""
+
+
+class _Call:
+    """A request in flight: the answers for it arrive in :attr:`answers`, in order."""
+
+    def __init__(self, rid: int, link: "_Link"):
+        self.rid = rid
+        self.link = link
+        self.answers: queue.Queue[rp.FromRunner | _Died] = queue.Queue()
+
+
+class _Link:
+    """One runner process, and the writer and reader threads that talk to it."""
+
+    def __init__(self, proc: subprocess.Popen, conn: Connection,
+                 on_answer: Callable[["_Link", rp.FromRunner], None], on_gone: Callable[["_Link"], None]):
+        self.proc = proc
+        self.conn = conn
+        self.gone = False
+        #: set where this side ended the runner (killed, closed): its death is not a crash
+        self.ended_here = False
+        #: set where requests were waiting when it died: they tell of its death, not the log reader
+        self.died_under_request = False
+        self._outbox: queue.SimpleQueue[rp.ToRunner | None] = queue.SimpleQueue()
+        self._on_answer = on_answer
+        self._on_gone = on_gone
+        threading.Thread(target=self._write, name="draftlight-runner-write", daemon=True).start()
+        threading.Thread(target=self._read, name="draftlight-runner-read", daemon=True).start()
+
+    def send(self, msg: rp.ToRunner) -> None:
+        """Queue ``msg`` for the runner: never blocks."""
+        self._outbox.put(msg)
+
+    def _write(self) -> None:
+        while True:
+            msg = self._outbox.get()
+            if msg is None:
+                return
+            try:
+                self.conn.send(msg)
+            except (OSError, EOFError, ValueError):
+                return             # the reader sees the end
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self.conn.recv()
+            except (OSError, EOFError, ValueError):
+                break
+            self._on_answer(self, msg)
+        self.gone = True
+        self._outbox.put(None)
+        self._on_gone(self)
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+class _Abandoned(Exception):
+    """A request this side stopped waiting for (its answer, when it comes, is dropped)."""
+
+
 class RunnerEngine:
     """The engine, in a runner process (see the module docstring).
 
@@ -230,8 +216,10 @@ class RunnerEngine:
     GRACE_S = 2.0
     #: seconds the runner may take to exit when closed
     CLOSE_S = 5.0
-    #: how often a request in progress checks its ``cancel`` callable
+    #: how often a request in progress checks its ``cancel`` callable when nothing arrives
     POLL_S = 0.25
+    #: this engine may be closed from any thread while a request runs (the runner is ended)
+    closes_anytime = True
 
     def __init__(self, model_options: Any, spec: Any, progress: Progress | None = None, *,
                  env: dict[str, str] | None = None, lookup_root: str | os.PathLike | None = None):
@@ -239,23 +227,27 @@ class RunnerEngine:
         self.load_spec = spec
         self.extra_env = dict(env or {})
         self.lookup_root = lookup_root
-        self._lock = threading.RLock()           # one request at a time
-        self._send_lock = threading.Lock()       # a stop request may be sent from another thread
-        self._generating = False
+        #: starting, restarting and ending the runner (never held while a request waits)
+        self._life = threading.RLock()
+        self._ids = itertools.count(1)
+        self._calls: dict[int, _Call] = {}
+        self._calls_lock = threading.Lock()
+        #: the reply in progress (what :meth:`stop` stops), and its stop
+        self._reply: _Call | None = None
+        self._reply_stop: threading.Event | None = None
+        #: answers that ended a request so far (whoever asked)
+        self._n_endings = 0
         #: (sequence number, line) of what the runner printed last (llama.cpp's log, Python's errors)
         self._log: collections.deque[tuple[int, str]] = collections.deque(maxlen=300)
         self._log_seq = 0
         self._request_seq = 0    # _log_seq when the request in progress began
         self._idle_seq = 0       # _log_seq when the last request ended (what a runner logs between requests)
-        self._proc: subprocess.Popen | None = None
-        self._conn: Connection | None = None
+        self._link: _Link | None = None
         self._snap: EngineSnapshot | None = None
         self._store_spec: Any = None             # the spec the lookup store was opened for
         self._crashes: list[tuple] = []          # signatures of crashes since the last good call
         self._gave_up: RunnerGaveUp | None = None
         self._last_spec: Any = None              # the last speculation set (restored on a restart)
-        self._result: tuple = (None, None)       # (value, snapshot) of the last request
-        self._reported: subprocess.Popen | None = None   # the runner whose death a caller was told of
         self.closed = False
         #: how often the runner was started (1: the first load)
         self.starts = 0
@@ -266,17 +258,20 @@ class RunnerEngine:
         #: chat should say (that it was started again, or why not) and whether it gave up (the
         #: same death twice in a row: not started again); set by the session
         self.on_idle_death: Callable[[str, bool], None] | None = None
-        with self._lock:
+        with self._life:
             try:
                 self._start(progress)
             except BaseException:
                 # the first load failed (a bad model, a crash): nothing to restart, nothing left running
                 self.closed = True
-                self._reported = self._proc
                 self._kill()
                 raise
 
-    # -- what the UI may read ----------------------------------------------------------
+    # -- what the UI may read (the last snapshot: never a request) ------------------------
+    @property
+    def snapshot(self) -> EngineSnapshot | None:
+        return self._snap
+
     @property
     def model(self) -> ModelInfo:
         return self._snap.model
@@ -315,15 +310,27 @@ class RunnerEngine:
         return list(self._snap.devices) if self._snap is not None else []
 
     @property
+    def lookup(self) -> LookupInfo | None:
+        """The lookup caches as the runner last said (None where they are not open)."""
+        return self._snap.lookup if self._snap is not None else None
+
+    @property
+    def _proc(self) -> subprocess.Popen | None:
+        return self._link.proc if self._link is not None else None
+
+    @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        proc = self._proc
+        return proc.pid if proc is not None else None
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        link = self._link
+        return link is not None and not link.gone and link.proc.poll() is None
 
     # -- the process -----------------------------------------------------------------------
     def _spawn(self) -> None:
+        from .child import module_argv
         parent, child = socket.socketpair()
         env = dict(os.environ)
         env.update(self.extra_env)
@@ -331,17 +338,17 @@ class RunnerEngine:
         env["PYTHONFAULTHANDLER"] = "1"       # a crash also prints where Python was
         env["PYTHONUNBUFFERED"] = "1"
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "app.runner_child", str(child.fileno())],
+            proc = subprocess.Popen(module_argv("app.runner_child", str(child.fileno())),
                                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
         finally:
             child.close()
-        self._proc = proc
-        self._conn = Connection(parent.detach())
+        self._log.clear()
+        link = _Link(proc, Connection(parent.detach()), self._on_answer, self._on_gone)
+        self._link = link
         self.starts += 1
         log = self._log
-        log.clear()
 
         def read_log(stream=proc.stdout) -> None:
             for raw in iter(stream.readline, b""):
@@ -349,48 +356,51 @@ class RunnerEngine:
                 log.append((self._log_seq, raw.decode("utf-8", "replace").rstrip("\n")))
             stream.close()
             # the runner is gone; between requests, a fresh one is started before anyone asks
-            if not self.closed and self._proc is proc:
-                self._restart_soon(wait_for=proc)
+            if not self.closed and self._link is link and not link.ended_here:
+                self._restart_soon(wait_for=link)
 
         threading.Thread(target=read_log, name="draftlight-runner-log", daemon=True).start()
 
     def _start(self, progress: Progress | None) -> None:
         """Start a runner and load the model in it (and restore the speculation of the last one)."""
         self._spawn()
+        link = self._link
         try:
-            warnings, self._snap = self._call_raw(("load", self.model_options, self.load_spec), progress=progress)
+            warnings = self._request(lambda rid: rp.Load(rid, self.model_options, self.load_spec), progress, link)
             #: what the load left out (an RPC server that could not be reached), for the UI
             self.load_warnings = list(warnings or [])
+            if self._store_spec is not None:
+                self._request(lambda rid: rp.OpenStore(rid, self._store_spec, _path(self.lookup_root)), link=link)
+            if self._snap is not None and self._last_spec is not None:
+                self._request(lambda rid: rp.SetSpec(rid, self._last_spec, self._store_spec is not None), link=link)
         except BaseException:
             self._kill()      # a runner without a model is of no use: the next request starts another
             raise
-        if self._store_spec is not None:
-            self._call_raw(("call", "open_store", (self._store_spec, self.lookup_root), {}))
-        if self._snap is not None and self._last_spec is not None:
-            self._call_raw(("call", "set_spec", (self._last_spec, self._store_spec is not None), {}))
 
     def _kill(self) -> None:
-        proc = self._proc
-        self._reported = proc     # a death of our making: not one to tell the chat of, nor to restart after
-        if proc is not None and proc.poll() is None:
+        """End the runner now (a death of this side's making: not a crash, not restarted)."""
+        link = self._link
+        if link is None:
+            return
+        link.ended_here = True
+        if link.proc.poll() is None:
             with contextlib.suppress(OSError):
-                proc.kill()
+                link.proc.kill()
             with contextlib.suppress(Exception):
-                proc.wait(5)
-        with contextlib.suppress(Exception):
-            if self._conn is not None:
-                self._conn.close()
-        self._conn = None
+                link.proc.wait(5)
+        link.close()
+        self._fail_calls(link)
 
-    def _died(self) -> RunnerCrashed:
-        """The runner is gone: say how, count it, and start a fresh one in the background."""
-        proc = self._proc
-        self._reported = proc
+    def _died(self, link: _Link) -> RunnerError:
+        """The runner of ``link`` is gone under a request: what to raise (a crash is counted, and a
+        fresh runner started in the background)."""
+        if self.closed or link.ended_here:
+            return RunnerError("the model was unloaded" if self.closed else "the model runner was stopped")
+        link.ended_here = True          # told here: not again between requests
         rc = None
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                rc = proc.wait(5)
-        self._kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            rc = link.proc.wait(5)
+        link.close()
         time.sleep(0.05)   # the log reader's last lines
         lines = [line for seq, line in list(self._log) if seq > self._request_seq]
         what = f"the model runner stopped ({_signal_text(rc)})"
@@ -403,20 +413,25 @@ class RunnerEngine:
         self._restart_soon()
         return RunnerCrashed(msg, rc, tail)
 
-    def _restart_soon(self, wait_for: subprocess.Popen | None = None) -> None:
+    def _restart_soon(self, wait_for: _Link | None = None) -> None:
         def restart() -> None:
             if wait_for is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    wait_for.wait(5)
+                    wait_for.proc.wait(5)
+                # the socket's reader has seen the end too (requests waiting on it were told)
+                t_end = time.monotonic() + 2
+                while not wait_for.gone and time.monotonic() < t_end:
+                    time.sleep(0.01)
             died = None
-            with self._lock:
+            with self._life:
                 if self.closed or self.alive or self._gave_up is not None:
                     return
                 if wait_for is not None:
-                    if self._proc is not wait_for or self._reported is wait_for:
-                        return   # replaced already, or its death was handled (and a restart asked) where it was seen
+                    if self._link is not wait_for or wait_for.ended_here or wait_for.died_under_request:
+                        return   # replaced already, or its death is told by the request it ended
+                    wait_for.ended_here = True
                     # nobody was waiting on it (between replies): the chat is told here
-                    died = self._died_between(wait_for)
+                    died = self._died_between(wait_for.proc)
                     if self._gave_up is not None:
                         self._tell(str(self._gave_up), gave_up=True)
                         return
@@ -428,13 +443,11 @@ class RunnerEngine:
                     now = f"it could not be started again: {describe(e)}"
             if died is not None:
                 self._tell(f"{died[0]}: {now}{died[1]}")
-        t = threading.Thread(target=restart, name="draftlight-runner-restart", daemon=True)
-        t.start()
+        threading.Thread(target=restart, name="draftlight-runner-restart", daemon=True).start()
 
     def _died_between(self, proc: subprocess.Popen) -> tuple[str, str]:
         """A runner that died between requests: counted like a crash in a reply (the same death
         twice in a row gives up: :attr:`_gave_up` says why); (what happened, its last lines)."""
-        self._reported = proc
         rc = proc.returncode
         lines = [line for seq, line in list(self._log) if seq > self._idle_seq]
         what = f"the model runner stopped between replies ({_signal_text(rc)})"
@@ -452,7 +465,7 @@ class RunnerEngine:
         lost = rpc_lost(lines)
         tail = [lost] if lost else telling_lines(lines)
         if not lost:                     # a helper machine going away says nothing of these settings
-            self._crashes.append((rc, repr(getattr(self._last_spec, "to_dict", lambda: None)())))
+            self._crashes.append((rc, repr(self._last_spec.to_dict() if self._last_spec is not None else None)))
         logged = (" — its last lines: " + " | ".join(tail)) if tail else silent
         if len(self._crashes) < 2 or self._crashes[-1] != self._crashes[-2]:
             return tail, logged, None
@@ -469,198 +482,239 @@ class RunnerEngine:
             with contextlib.suppress(Exception):
                 cb(msg, gave_up)
 
-    def _ensure(self) -> None:
-        if self.closed:
-            raise RunnerError("the model was unloaded")
-        if self._gave_up is not None:
-            raise self._gave_up
-        if not self.alive:
-            self._start(None)
+    def _ensure(self) -> _Link:
+        """The runner to send a request to (started where there is none)."""
+        with self._life:
+            if self.closed:
+                raise RunnerError("the model was unloaded")
+            if self._gave_up is not None:
+                raise self._gave_up
+            if not self.alive:
+                self._start(None)
+            assert self._link is not None
+            return self._link
 
-    # -- requests --------------------------------------------------------------------------
-    def _call_raw(self, msg: tuple, progress: Progress | None = None,
-                  on_event: Callable[[Any], None] | None = None) -> tuple[Any, EngineSnapshot | None]:
-        for item in self._exchange(msg, progress):
-            if on_event is not None:
-                on_event(item)
-        return self._result
+    # -- answers ----------------------------------------------------------------------------
+    def _on_answer(self, link: _Link, msg: rp.FromRunner) -> None:
+        """(The reader thread) hand ``msg`` to the request it answers; drop it where that
+        request was given up. An ending's snapshot is the engine as it is now, whoever asked."""
+        if isinstance(msg, rp.ENDINGS):
+            if msg.snapshot is not None and link is self._link:
+                self._snap = msg.snapshot
+            self._idle_seq = self._log_seq
+            self._n_endings += 1
+            with self._calls_lock:
+                call = self._calls.pop(msg.rid, None)
+        else:
+            with self._calls_lock:
+                call = self._calls.get(msg.rid)
+        if call is not None and call.link is link:
+            call.answers.put(msg)
 
-    def _exchange(self, msg: tuple, progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None, may_stick: bool = True) -> Iterator[Any]:
-        """Send ``msg``; yield the events that come back; leave ``(value, snapshot)`` in ``_result``.
+    def _on_gone(self, link: _Link) -> None:
+        self._fail_calls(link)
 
-        Once ``cancel()`` says so the runner is told to stop; unless ``may_stick`` is false, one
-        that has not ended the request :attr:`GRACE_S` later is taken for stuck."""
-        conn = self._conn
+    def _fail_calls(self, link: _Link) -> None:
+        with self._calls_lock:
+            calls = [c for c in self._calls.values() if c.link is link]
+            for c in calls:
+                del self._calls[c.rid]
+            if calls:
+                link.died_under_request = True
+        for c in calls:
+            c.answers.put(_Died())
+
+    # -- requests ----------------------------------------------------------------------------
+    def _open(self, make: Callable[[int], rp.Request], link: _Link | None = None) -> _Call:
+        """Send the request ``make(rid)`` (to ``link``, or the runner, started where needed)."""
+        link = link or self._ensure()
+        call = _Call(next(self._ids), link)
+        with self._calls_lock:
+            self._calls[call.rid] = call
         self._request_seq = self._log_seq
-        try:
-            with self._send_lock:
-                conn.send(msg)
-        except (OSError, EOFError, AttributeError):
-            raise self._died() from None
+        if link.gone:
+            self._fail_calls(link)
+        else:
+            link.send(make(call.rid))
+        return call
+
+    def _give_up(self, call: _Call, kill_after: float | None = None) -> None:
+        """Stop waiting for ``call``: the runner is told to stop it, and its answer will be
+        dropped. With ``kill_after``, a runner that has not ended it that many seconds later
+        (stuck in native code) is killed and started again."""
+        with self._calls_lock:
+            still = self._calls.pop(call.rid, None) is not None
+        if not still:
+            return
+        call.link.send(rp.Cancel(call.rid))
+        if kill_after is None:
+            return
+        ended = threading.Event()
+
+        def watch() -> None:
+            # the runner's next answer of any kind comes after this request ended: it is no longer stuck
+            deadline = time.monotonic() + kill_after
+            endings = self._n_endings
+            while time.monotonic() < deadline and not call.link.gone:
+                if self._n_endings != endings:
+                    ended.set()
+                    return
+                time.sleep(0.05)
+            if not ended.is_set() and not call.link.gone and self._link is call.link and not self.closed:
+                with self._life:
+                    if self._link is call.link:
+                        self._kill()
+                        self._restart_soon()
+        threading.Thread(target=watch, name="draftlight-runner-stuck", daemon=True).start()
+
+    def _answers(self, call: _Call, cancel: Callable[[], bool] | None = None,
+                 progress: Progress | None = None, stuck: str = "kill") -> Iterator[Any]:
+        """The events of ``call`` as they come; its value is returned (``StopIteration.value``).
+
+        Once ``cancel()`` says so, the runner is told to stop the request. Where it has not
+        ended it :attr:`GRACE_S` later: ``stuck="kill"`` kills the runner (raises
+        :class:`_StuckAfterCancel`); ``stuck="leave"`` stops waiting (raises :class:`_Abandoned`)
+        and lets the runner end it in its own time, its answer dropped."""
         cancel_sent: float | None = None
         while True:
+            if cancel is not None and cancel_sent is None and cancel():
+                cancel_sent = time.monotonic()
+                call.link.send(rp.Cancel(call.rid))
+            if cancel_sent is not None and time.monotonic() - cancel_sent > self.GRACE_S:
+                if stuck == "kill":
+                    with self._calls_lock:
+                        self._calls.pop(call.rid, None)
+                    with self._life:
+                        if self._link is call.link:
+                            self._kill()
+                    raise _StuckAfterCancel()
+                self._give_up(call)
+                raise _Abandoned()
             try:
-                # a reply's events, its end and the runner's death wake this at once, and so does
-                # a stop (see :meth:`stop`): the timeout is for a stop asked only through ``cancel``
-                # and the grace after it (each wake-up on a full CPU is taken from the model)
-                ready = conn.poll(self.POLL_S)
-            except (OSError, EOFError):
-                raise self._died() from None
-            if not ready:
-                if cancel is not None and cancel():
-                    now = time.monotonic()
-                    if cancel_sent is None:
-                        cancel_sent = now
-                        with contextlib.suppress(OSError), self._send_lock:
-                            conn.send(("cancel",))
-                    elif may_stick and now - cancel_sent > self.GRACE_S:
-                        raise _StuckAfterCancel()
-                if self._proc is not None and self._proc.poll() is not None and not conn.poll(0):
-                    raise self._died()
+                msg = call.answers.get(timeout=self.POLL_S)
+            except queue.Empty:
                 continue
-            try:
-                reply = conn.recv()
-            except (OSError, EOFError):
-                raise self._died() from None
-            kind = reply[0]
-            if kind == "events":
+            if isinstance(msg, _Died):
+                raise self._died(call.link)
+            if isinstance(msg, rp.Events):
                 try:
-                    yield from reply[1]
+                    yield from msg.events
                 except GeneratorExit:
-                    self._abandon(conn)
+                    # the caller stopped reading: stop the request; its answer is dropped
+                    self._give_up(call, kill_after=self.GRACE_S)
                     raise
-            elif kind == "progress":
+            elif isinstance(msg, rp.Progress):
                 if progress is not None:
-                    progress(*reply[1:])
-            elif kind == "ok":
-                self._ended(reply)
-                self._result = (reply[1], reply[2])
-                return
-            elif kind == "error":
-                self._ended(reply)
-                raise reply[1]
+                    progress(msg.done, msg.total, msg.phase)
+            elif isinstance(msg, rp.Done):
+                return msg.value
+            elif isinstance(msg, rp.Failed):
+                raise msg.error
+            elif isinstance(msg, rp.Cancelled):
+                raise _Abandoned()
 
-    def _ended(self, reply: tuple) -> None:
-        """A request's end (``("ok" | "error", value, snapshot)``): keep its snapshot of the
-        engine, and mark where the runner's log stood when it went idle."""
-        if reply[2] is not None:
-            self._snap = reply[2]
-        self._idle_seq = self._log_seq
+    def _request(self, make: Callable[[int], rp.Request], progress: Progress | None = None,
+                 link: _Link | None = None) -> Any:
+        """Send a request and wait for its value (its events, if any, are not expected)."""
+        call = self._open(make, link)
+        gen = self._answers(call, progress=progress)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
 
-    def _abandon(self, conn: Connection) -> None:
-        """The caller stopped reading a reply before its end (it closed the generator): stop the
-        reply and read what is left of it, so that the next request gets its own answer, not the
-        rest of this one. A runner that does not end it within :attr:`GRACE_S` (stuck in native
-        code) is killed and started again, as a stop would have it."""
-        with contextlib.suppress(OSError), self._send_lock:
-            conn.send(("cancel",))
-        deadline = time.monotonic() + self.GRACE_S
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                if not conn.poll(left):
-                    break
-                reply = conn.recv()
-                if reply[0] in ("ok", "error"):
-                    self._ended(reply)
-                    return
-        except (OSError, EOFError):
-            pass
-        if self._proc is not None and self._proc.poll() is not None:
-            self._died()          # it died meanwhile: counted and started again, as in a reply
-            return
-        self._kill()
-        self._restart_soon()
-
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            self._ensure()
-            return self._call_raw(("call", method, args, kwargs))[0]
-
-    def _call_within(self, timeout: float, method: str, *args: Any) -> Any:
-        """:meth:`_call`, unless another request holds the runner for ``timeout`` seconds (then None)."""
-        if not self._lock.acquire(timeout=timeout):
+    def _request_within(self, timeout: float, make: Callable[[int], rp.Request]) -> Any:
+        """:meth:`_request` to a runner that is up, waiting at most ``timeout`` seconds (then None)."""
+        link = self._link
+        if self.closed or self._gave_up is not None or link is None or not self.alive:
             return None
+        call = self._open(make, link)
         try:
-            if self.closed or self._gave_up is not None or not self.alive:
-                return None
-            return self._call_raw(("call", method, args, {}))[0]
-        finally:
-            self._lock.release()
+            msg = call.answers.get(timeout=timeout)
+        except queue.Empty:
+            self._give_up(call)
+            return None
+        return msg.value if isinstance(msg, rp.Done) else None
 
     # -- the engine's interface ---------------------------------------------------------------
     def set_spec(self, params: Any, resources: dict | None = None) -> ChainInfo:
-        with self._lock:
-            if self._gave_up is not None and params.to_dict() != getattr(self._last_spec, "to_dict", dict)():
-                self._gave_up = None       # other settings: worth another try
-                self._crashes.clear()
-            with_store = bool(resources and resources.get(STORE_MARK))
-            self._call("set_spec", params, with_store)
-            self._last_spec = params
-            return self._snap.chain
+        if self._gave_up is not None and params.to_dict() != (self._last_spec.to_dict() if self._last_spec else None):
+            self._gave_up = None       # other settings: worth another try
+            self._crashes.clear()
+        with_store = bool(resources and resources.get(STORE_MARK))
+        self._request(lambda rid: rp.SetSpec(rid, params, with_store))
+        self._last_spec = params
+        return self._snap.chain
 
     def prompt_tokens(self, messages: Sequence[dict] | None = None, text: str | None = None,
                       raw: bool = False) -> list[int]:
-        return self._call("prompt_tokens", list(messages) if messages is not None else None, text, raw)
+        msgs = [dict(m) for m in messages] if messages is not None else None
+        return self._request(lambda rid: rp.PromptTokens(rid, msgs, text, raw))
 
     def generate(self, prompt: Sequence[int], max_tokens: int = 512, sampling: Any = None,
                  stop: Sequence[str] = (), cancel: Callable[[], bool] | None = None,
                  stats_interval_s: float = 0.25, context_shift: bool = False, n_keep: int = 0) -> Iterator[Any]:
         """The engine's events, from the runner; see :meth:`speculators.engine.Engine.generate`."""
         from speculators.events import STOP_CANCELLED, FinishEvent, GenerationResult, GenerationStats, StatsEvent, StepEvent
-        kw = dict(max_tokens=max_tokens, sampling=sampling, stop=tuple(stop), stats_interval_s=stats_interval_s,
-                  context_shift=context_shift, n_keep=n_keep)
-        with self._lock:
-            self._ensure()
-            tokens: list = []
-            last_stats = None
-            self._generating = True
-            # closed here, under the lock, when the caller stops reading early (see _abandon)
-            events = self._exchange(("call", "generate", (list(prompt),), kw), cancel=cancel)
-            try:
-                for ev in events:
-                    if isinstance(ev, StepEvent):
-                        tokens.extend(ev.tokens)
-                    elif isinstance(ev, StatsEvent):
-                        last_stats = ev.stats
-                    yield ev
-            except _StuckAfterCancel:
-                # stopped, but stuck in native code: kill it; the reply ends as stopped with what it had
-                self._reported = self._proc
-                self._kill()
-                stats = last_stats or GenerationStats(n_prompt=len(prompt))
-                stats.n_generated = len(tokens)
-                yield FinishEvent(GenerationResult("".join(t.text for t in tokens), [t.id for t in tokens],
-                                                   [t.drafted_by for t in tokens], [t.draft_pos for t in tokens],
-                                                   STOP_CANCELLED, stats,
-                                                   "stopped; the model runner did not respond and was restarted"))
-                self._restart_soon()
-                return
-            finally:
-                events.close()
-                self._generating = False
-            self._crashes.clear()
+        opts = rp.GenerateOptions(max_tokens, sampling, tuple(stop), stats_interval_s, context_shift, n_keep)
+        prompt = list(prompt)
+        call = self._open(lambda rid: rp.Generate(rid, prompt, opts))
+        tokens: list = []
+        last_stats = None
+        stopped = threading.Event()
+        self._reply = call
+        self._reply_stop = stopped
+
+        def cancelled() -> bool:
+            return stopped.is_set() or (cancel is not None and cancel())
+        events = self._answers(call, cancel=cancelled)
+        try:
+            for ev in events:
+                if isinstance(ev, StepEvent):
+                    tokens.extend(ev.tokens)
+                elif isinstance(ev, StatsEvent):
+                    last_stats = ev.stats
+                yield ev
+        except _StuckAfterCancel:
+            # stopped, but stuck in native code: killed; the reply ends as stopped with what it had
+            stats = last_stats or GenerationStats(n_prompt=len(prompt))
+            stats.n_generated = len(tokens)
+            yield FinishEvent(GenerationResult("".join(t.text for t in tokens), [t.id for t in tokens],
+                                               [t.drafted_by for t in tokens], [t.draft_pos for t in tokens],
+                                               STOP_CANCELLED, stats,
+                                               "stopped; the model runner did not respond and was restarted"))
+            self._restart_soon()
+            return
+        finally:
+            events.close()
+            if self._reply is call:
+                self._reply = None
+        self._crashes.clear()
 
     def warm(self, prompt: Sequence[int], cancel: Callable[[], bool] | None = None) -> int:
         """Read ``prompt`` ahead of a reply (see :meth:`speculators.engine.Engine.warm`); a
         ``cancel()`` that says so stops it between pieces (it is never killed for being slow to
-        stop: it is reading, and ends soon)."""
-        with self._lock:
-            self._ensure()
-            for _ in self._exchange(("call", "warm", (list(prompt),), {}), cancel=cancel, may_stick=False):
-                pass
-            return self._result[0]
+        stop: it is reading, and ends soon; after :attr:`GRACE_S` it is no longer waited for)."""
+        prompt = list(prompt)
+        call = self._open(lambda rid: rp.Warm(rid, prompt))
+        gen = self._answers(call, cancel=cancel, stuck="leave")
+        try:
+            while True:
+                next(gen)
+        except StopIteration as stop:
+            return stop.value or 0
+        except _Abandoned:
+            return 0
 
     def stop(self) -> None:
-        """Ask the reply in progress to stop now (from any thread; the reply's ``cancel`` callable
-        must say so too: it is what makes a runner that does not stop be killed)."""
-        conn = self._conn
-        if not self._generating or conn is None:
-            return
-        with contextlib.suppress(OSError, EOFError, ValueError), self._send_lock:
-            conn.send(("cancel",))
+        """Stop the reply in progress now (from any thread, the UI's included: it never waits)."""
+        call, stop = self._reply, self._reply_stop
+        if call is not None:
+            call.link.send(rp.Cancel(call.rid))
+            if stop is not None:
+                stop.set()            # the reply's own wait starts counting the grace from here
 
-    # -- the lookup caches (kept in the runner) ------------------------------------------------
     def run(self, prompt: Sequence[int], **kw: Any) -> Any:
         """Generate to the end and return the result (the engine's ``run``; the Lab uses it)."""
         from speculators.events import FinishEvent
@@ -672,38 +726,47 @@ class RunnerEngine:
 
     def lab_cost_curve(self, n_max: int = 16) -> list[float]:
         """The target's verify-cost curve (see :meth:`speculators.engine.Engine.lab_cost_curve`)."""
-        return self._call("lab_cost_curve", n_max)
+        return self._request(lambda rid: rp.LabCostCurve(rid, n_max))
 
+    # -- the lookup caches (kept in the runner) ------------------------------------------------
     def open_store(self, spec: Any, lookup_root: str | os.PathLike | None = None) -> tuple[Any, list[str]]:
         """Open the lookup caches of the model's vocabulary in the runner: (a store proxy, warnings)."""
-        with self._lock:
-            self.lookup_root = lookup_root
-            ok, warnings = self._call("open_store", spec, lookup_root)
-            if not ok:
-                return None, list(warnings)
-            self._store_spec = spec
-            return RunnerStore(self), list(warnings)
+        self.lookup_root = lookup_root
+        ok, warnings = self._request(lambda rid: rp.OpenStore(rid, spec, _path(lookup_root)))
+        if not ok:
+            return None, list(warnings)
+        self._store_spec = spec
+        return RunnerStore(self), list(warnings)
 
     def lookup_contribution(self) -> dict:
-        return self._call("lookup_contribution")
+        """Drafted / accepted tokens per lookup cache, as the runner last said (never waits)."""
+        info = self.lookup
+        return dict(info.contribution) if info is not None else {}
 
-    def close(self) -> None:
-        """End the runner (it saves its lookup caches); one busy or stuck for CLOSE_S seconds is killed."""
-        got = self._lock.acquire(timeout=self.CLOSE_S)
-        try:
+    def close(self, timeout: float | None = None) -> None:
+        """End the runner (it saves its lookup caches) from any thread, a request in progress
+        included; one that has not exited ``timeout`` seconds later (:attr:`CLOSE_S`) is killed."""
+        with self._life:
             if self.closed:
                 return
             self.closed = True
-            conn, proc = self._conn, self._proc
-            if got and conn is not None and proc is not None and proc.poll() is None:
-                with contextlib.suppress(OSError, EOFError), self._send_lock:
-                    conn.send(("close",))
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(self.CLOSE_S)
+            link = self._link
+        if link is None:
+            return
+        link.ended_here = True
+        if not link.gone and link.proc.poll() is None:
+            call = self._reply
+            if call is not None:
+                link.send(rp.Cancel(call.rid))
+            link.send(rp.Close())
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                link.proc.wait(self.CLOSE_S if timeout is None else timeout)
+        with self._life:
             self._kill()
-        finally:
-            if got:
-                self._lock.release()
+
+
+def _path(p: str | os.PathLike | None) -> str | None:
+    return os.fspath(p) if p is not None else None
 
 
 class _StuckAfterCancel(Exception):
@@ -711,337 +774,55 @@ class _StuckAfterCancel(Exception):
 
 
 class RunnerStore:
-    """The runner's lookup store, as the session uses it (every call goes to the runner)."""
+    """The runner's lookup store, as the session uses it. What it shows (:meth:`info`,
+    :attr:`pending_entries`) is the runner's last snapshot: reading it never waits."""
 
     def __init__(self, engine: RunnerEngine):
         self.engine = engine
-        self.folder, self.warnings = engine._call("store_attr", ("folder", "warnings"))
+        info = engine.lookup
+        self.folder = info.folder if info is not None else ""
+        self.warnings = list(info.warnings) if info is not None else []
 
     def resources(self) -> dict:
         return {STORE_MARK: True}
 
     def learn(self, tokens: Sequence[int]) -> int:
-        return self.engine._call("store", "learn", list(tokens))
+        toks = list(tokens)
+        return self.engine._request(lambda rid: rp.Learn(rid, toks))
 
     @property
     def pending_entries(self) -> int:
-        return self.engine._call("store_attr", ("pending_entries",))[0]
+        info = self.engine.lookup
+        return info.pending_entries if info is not None else 0
 
     def save(self) -> Any:
-        return self.engine._call("store", "save")
+        return self.engine._request(lambda rid: rp.SaveStore(rid))
 
     def info(self) -> dict:
-        return self.engine._call("store", "info")
+        info = self.engine.lookup
+        return dict(info.caches) if info is not None else {}
 
-    def close(self) -> Any:
+    def close(self, timeout: float | None = None) -> Any:
         """Save and close the caches in the runner (skipped when it is gone or stays busy)."""
         eng = self.engine
         eng._store_spec = None
         with contextlib.suppress(RunnerError, OSError, EOFError):
-            return eng._call_within(eng.CLOSE_S, "close_store")
+            return eng._request_within(eng.CLOSE_S if timeout is None else timeout, lambda rid: rp.CloseStore(rid))
         return None
 
     def build_static(self, files: Sequence[str], progress: Progress | None = None,
                      cancel: Callable[[], bool] | None = None) -> Any:
-        eng = self.engine
-        with eng._lock:
-            eng._ensure()
-            for _ in eng._exchange(("call", "build_static", ([str(f) for f in files],), {}), progress, cancel):
-                pass
-            return eng._result[0]
-
-
-# ---------------------------------------------------------------------------
-# the runner's side
-# ---------------------------------------------------------------------------
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def contended(engine: Any) -> bool:
-    """Whether ``engine``'s threads take every core this process may use (none is left for the
-    chat's process beside them)."""
-    threads = getattr(getattr(engine, "ctx", None), "n_threads", None)
-    return isinstance(threads, int) and threads > 0 and threads + 1 > usable_cores()
-
-
-class EventBatches:
-    """Sends a reply's events in batches, at most every ``every_s`` seconds, from a thread of
-    its own: the first event at once, then what came since the last batch; an event put with
-    ``now=True`` goes at once with what is waiting (the reply's first token: the time to it is
-    what a person waits for). :meth:`close` sends what is left and returns when it is sent.
-
-    >>> sent = []
-    >>> b = EventBatches(sent.append, every_s=60)
-    >>> for ev in ("a", "b", "c"):
-    ...     b.put(ev)
-    >>> b.close()
-    >>> [m for m in sent if m[1]] in ([("events", ["a"]), ("events", ["b", "c"])],
-    ...                                [("events", ["a", "b"]), ("events", ["c"])],
-    ...                                [("events", ["a", "b", "c"])])
-    True
-    >>> sent = []
-    >>> b = EventBatches(sent.append, every_s=60)
-    >>> b.put("a")
-    >>> while not sent: time.sleep(0.01)
-    >>> b.put("b"); b.put("c", now=True)
-    >>> t0 = time.monotonic()
-    >>> while len(sent) < 2 and time.monotonic() - t0 < 30: time.sleep(0.01)
-    >>> sent       # "b" and "c" did not wait the 60 s
-    [('events', ['a']), ('events', ['b', 'c'])]
-    >>> b.close()
-    """
-
-    #: between two batches, where the model's threads take every core (the chat paints a
-    #: streaming reply at most every 0.1 s there)
-    EVERY_CONTENDED_S = 0.1
-
-    def __init__(self, send: Callable[[tuple], None], every_s: float):
-        self._send = send
-        self.every_s = every_s
-        self._cond = threading.Condition()
-        self._pending: list = []
-        self._waiting = False
-        self._now = False
-        self._closed = False
-        self._failed = False
-        self._last = float("-inf")
-        self._thread = threading.Thread(target=self._run, name="runner-events", daemon=True)
-        self._thread.start()
-
-    def put(self, ev: Any, now: bool = False) -> None:
-        with self._cond:
-            self._pending.append(ev)
-            self._now |= now
-            if self._waiting or now:
-                self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closed:
-                    self._waiting = True
-                    self._cond.wait()
-                self._waiting = False
-                if not self._pending:
-                    return
-                # what arrives in the next every_s joins this batch (a put does not wake this wait)
-                wait = self._last + self.every_s - time.monotonic()
-                if wait > 0 and not self._now:
-                    self._cond.wait_for(lambda: self._closed or self._now, timeout=wait)
-                batch, self._pending, self._now = self._pending, [], False
-            self._last = time.monotonic()
-            if not self._failed:
-                try:
-                    self._send(("events", batch))
-                except (OSError, EOFError, ValueError):
-                    self._failed = True      # the chat's process is gone: the reader stops the reply
-
-class _Runner:
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self.send_lock = threading.Lock()
-        self.inbox: queue.Queue = queue.Queue()
-        self.cancel = threading.Event()
-        self.engine: Any = None
-        self.store: Any = None
-        crash = os.environ.get(CRASH_ENV, "")
-        self.crash_sig, _, n = crash.partition(":")
-        self.crash_after = int(n or 0) if crash else None
-        self.crash_once = os.environ.get(CRASH_ONCE_ENV)
-        if self.crash_once and os.path.exists(self.crash_once):
-            self.crash_after = None
-
-    def send(self, msg: tuple) -> None:
-        with self.send_lock:
-            self.conn.send(msg)
-
-    def read(self) -> None:
-        while True:
-            try:
-                msg = self.conn.recv()
-            except (EOFError, OSError):
-                self.cancel.set()
-                self.inbox.put(None)
-                return
-            if msg[0] == "cancel":
-                self.cancel.set()
-            else:
-                self.inbox.put(msg)
-
-    def snap(self) -> EngineSnapshot | None:
-        return snapshot(self.engine) if self.engine is not None else None
-
-    def serve(self) -> None:
-        threading.Thread(target=self.read, name="runner-read", daemon=True).start()
-        while True:
-            msg = self.inbox.get()
-            if msg is None or msg[0] == "close":
-                break
-            try:
-                if msg[0] == "load":
-                    value = self.load(*msg[1:])
-                else:
-                    _, method, args, kwargs = msg
-                    value = getattr(self, "do_" + method)(*args, **kwargs)
-                self.send(("ok", value, self.snap()))
-            except Exception as e:
-                try:
-                    self.send(("error", _picklable(e), self.snap()))
-                except (OSError, EOFError):
-                    break
-        self.shutdown()
-
-    def shutdown(self) -> None:
-        if self.store is not None:
-            with contextlib.suppress(Exception):
-                self.store.close()
-        if self.engine is not None:
-            with contextlib.suppress(Exception):
-                self.engine.close()
-
-    def progress(self, done: int, total: int, phase: str) -> None:
-        self.send(("progress", done, total, phase))
-
-    # -- requests --------------------------------------------------------------------
-    def load(self, model_options: Any, spec: Any) -> list[str]:
-        from .runtime import load_chat_engine
-        self.engine = load_chat_engine(model_options, spec, self.progress)
-        return list(getattr(self.engine, "load_warnings", []))
-
-    def do_set_spec(self, spec: Any, with_store: bool) -> None:
-        res = self.store.resources() if with_store and self.store is not None else None
-        self.engine.set_spec(spec, resources=res)
-
-    def do_prompt_tokens(self, messages, text, raw) -> list[int]:
-        return self.engine.prompt_tokens(messages=messages, text=text, raw=raw)
-
-    def do_generate(self, prompt: list[int], **kw: Any) -> None:
-        from speculators.events import StepEvent
-        self.cancel.clear()
-        steps = 0
-        batches = EventBatches(self.send, EventBatches.EVERY_CONTENDED_S) if contended(self.engine) else None
-        shown = False     # whether a token has been put (the first goes at once)
+        """Build the static cache in the runner. A cancel that the runner has not acted on
+        :attr:`RunnerEngine.GRACE_S` later (a long piece of text) is not waited for: the build
+        ends as cancelled here, and the runner stops at its next piece (its answer dropped)."""
+        from .lookup_store import BuildCancelled
+        names = [str(f) for f in files]
+        call = self.engine._open(lambda rid: rp.BuildStatic(rid, names))
+        gen = self.engine._answers(call, cancel=cancel, progress=progress, stuck="leave")
         try:
-            for ev in self.engine.generate(prompt, cancel=self.cancel.is_set, **kw):
-                if batches is not None:
-                    first = not shown and isinstance(ev, StepEvent) and bool(ev.tokens)
-                    shown |= first
-                    batches.put(ev, now=first)
-                else:
-                    self.send(("events", [ev]))
-                if isinstance(ev, StepEvent):
-                    steps += 1
-                    if self.crash_after is not None and steps >= self.crash_after:
-                        if self.crash_once:
-                            open(self.crash_once, "w").close()
-                        if batches is not None:
-                            # the crash comes after these steps were shown (a real one may lose
-                            # the last batch's worth: up to EVERY_CONTENDED_S of tokens)
-                            batches.close()
-                        _crash_now(self.crash_sig)
-        finally:
-            if batches is not None:
-                batches.close()
-
-    def do_open_store(self, spec: Any, root: Any) -> tuple[bool, list[str]]:
-        from .lookup_store import LookupStore, LookupStoreError
-        if self.store is not None:
-            return True, []
-        nc = spec.ngram_cache
-        try:
-            self.store = LookupStore.for_model(self.engine.model, static_path=nc.lookup_cache_static or None,
-                                               dynamic_path=nc.lookup_cache_dynamic or None, root=root)
-        except (LookupStoreError, OSError) as e:
-            return False, [f"lookup caches unavailable ({describe(e)}); ngram-cache runs without them"]
-        return True, list(self.store.warnings)
-
-    def do_close_store(self) -> Any:
-        store, self.store = self.store, None
-        return store.close() if store is not None else None
-
-    def do_store(self, method: str, *args: Any) -> Any:
-        if self.store is None:
-            from .lookup_store import LookupStoreError
-            raise LookupStoreError("the lookup caches are not open")
-        return getattr(self.store, method)(*args)
-
-    def do_store_attr(self, names: Sequence[str]) -> tuple:
-        return tuple(getattr(self.store, n) for n in names)
-
-    def do_build_static(self, files: list[str]) -> Any:
-        self.cancel.clear()
-        return self.store.build_static(files, progress=self.progress, cancel=self.cancel.is_set)
-
-    def do_warm(self, prompt: list[int]) -> int:
-        self.cancel.clear()
-        return self.engine.warm(prompt, cancel=self.cancel.is_set)
-
-    def do_lab_cost_curve(self, n_max: int) -> list[float]:
-        return self.engine.lab_cost_curve(n_max)
-
-    def do_lookup_contribution(self) -> dict:
-        from .lookup_store import LookupStore
-        return LookupStore.contribution(self.engine)
-
-
-def _picklable(e: BaseException) -> BaseException:
-    import pickle
-    try:
-        pickle.loads(pickle.dumps(e))
-        return e
-    except Exception:
-        return RunnerError(describe(e))
-
-
-def _crash_now(name: str) -> None:
-    """Tests: die as native code would (no Python clean-up)."""
-    if name == "hang":              # stuck in native code: deaf to the stop request
-        time.sleep(3600)
-    sig = {"segv": signal.SIGSEGV, "kill": signal.SIGKILL, "abrt": signal.SIGABRT}.get(name, signal.SIGSEGV)
-    if sig == signal.SIGSEGV:
-        import faulthandler
-        faulthandler.disable()      # a real crash would print the stack; the test wants only the signal
-    sys.stderr.write(f"simulated crash: {sig.name}\n")
-    sys.stderr.flush()
-    os.kill(os.getpid(), sig)
-    time.sleep(10)
-
-
-def die_with_parent(every_s: float = 1.0) -> None:
-    """In a child process (the runner, a supervised command): stop when the process that
-    started it dies, however it dies (``kill -9`` included), rather than decode on as an
-    orphan. A daemon thread looks every ``every_s`` seconds whether the parent changed
-    (an orphan is handed to another) and then sends this process SIGTERM. (Linux's
-    ``PR_SET_PDEATHSIG`` fires when the parent's *thread* that started the child ends,
-    which for the chat's runner may be a worker thread: not used.)"""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(every_s)
-            if os.getppid() != parent:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    die_with_parent()
-    conn = Connection(int(argv[0]))
-    _Runner(conn).serve()
-    return 0
-
+            while True:
+                next(gen)
+        except StopIteration as stop:
+            return stop.value
+        except _Abandoned:
+            raise BuildCancelled() from None

@@ -297,6 +297,8 @@ class ChatSession:
         self.saved_config = saved_config if saved_config is not None else \
             config_mod.Config.from_toml_dict(self.config.to_toml_dict())
         self.persist_config = persist_config
+        #: saved_config as config.toml held it when last read or written: a save writes what differs
+        self._config_on_disk = self.saved_config.copy()
         self.post = post
         self.engine_factory = engine_factory or default_engine_factory
         self.engine: ChatEngine | None = None
@@ -308,16 +310,14 @@ class ChatSession:
                 self.history = History()
             except HistoryError as e:
                 self.history_error = str(e)
-        self.lookup_root = lookup_root
-        self.use_lookup_store = use_lookup_store
         #: history writes that failed, by what they save (a turn, a chat's system prompt, ...):
         #: tried again, oldest first, at the next save (:meth:`_save`)
         self._unsaved: dict[Any, Callable[[], None]] = {}
         #: why the last save failed, while saves fail (said once: :class:`HistoryNotice`)
         self.history_failing: str | None = None
+        self.lookup_root = lookup_root
+        self.use_lookup_store = use_lookup_store
         #: the lookup caches of the loaded model's vocabulary (when ngram-cache is in use)
-        #: saved_config as config.toml held it when last read or written: a save writes what differs
-        self._config_on_disk = self.saved_config.copy()
         self.store: Any = None
         #: (engine, store) a settings change opened whose SpecApplied is not applied yet; its own
         #: lock (the owner thread must never wait for engine_lock, which a reply holds throughout)
@@ -393,6 +393,7 @@ class ChatSession:
             return describe(e)
         except OSError as e:
             return f"could not save settings: {describe(e)}"
+        self._config_on_disk = self.saved_config.copy()
         return None
 
     def remember_ui(self, **values: Any) -> str | None:
@@ -412,7 +413,6 @@ class ChatSession:
         self.load_error = None
         self._start(self._load_thread, dataclasses.replace(self.config.model), self.config.spec.copy(),
                     old, old_store, name="load")
-        self._config_on_disk = self.saved_config.copy()
 
     def _load_thread(self, model: ModelOptions, spec: SpecParams, old: Any, old_store: Any) -> None:
         if old is not None:
@@ -659,7 +659,6 @@ class ChatSession:
             raise SessionError("no model is loaded — pick one above")
         self._ensure_chat()
         turn = Turn("user", text)
-        self.turns.append(turn)
         if self.history is not None and self.chat_id is not None:
             turn.msg_id = self.history.add_message(self.chat_id, "user", text)
         self.turns.append(turn)
@@ -779,19 +778,25 @@ class ChatSession:
                         result = ev.result
                 if result is None:
                     raise RuntimeError("the engine ended without a result")
-                store = self.store
-                learned = 0
-                if store is not None:
-                    # under the engine lock: the speculator reads the dynamic cache while drafting
-                    learned = store.learn(list(prompt) + list(result.tokens))
             except Exception as e:
                 msg = describe(e)
                 if _is_crash(e) and job.turn.tokens:
                     msg = f"the reply was cut here: {msg}"
                 self.post(ReplyFailed(key, msg))
                 return
-        self.post(ReplyDone(key, result))
-        if store is not None and learned:
+            # the reply is done before the caches learn it (a runner restarted by a stop loads
+            # its model before it can learn: the chat does not wait for that)
+            self.post(ReplyDone(key, result))
+            store = self.store
+            if store is None:
+                return
+            try:
+                # under the engine lock: the speculator reads the dynamic cache while drafting
+                learned = store.learn(list(prompt) + list(result.tokens))
+            except Exception as e:
+                self.post(LookupSaved({"error": describe(e)}))
+                return
+        if learned:
             self._save_lookup(store)
 
     def _save_lookup(self, store: Any) -> None:
@@ -943,19 +948,19 @@ class ChatSession:
         turn.status = storage.ERROR
         turn.text = "".join(t.text for t in turn.tokens)
         if self.history is not None and turn.msg_id is not None:
+            history, msg_id = self.history, turn.msg_id
             if turn.tokens:
                 text, tokens = turn.text, list(turn.tokens)
                 self._save(("turn", turn.key), lambda: history.update_message(
                     msg_id, content=text, tokens=tokens, status=storage.ERROR, finish_reason="error"))
             else:
-                self.history.delete_messages([turn.msg_id])
                 turn.msg_id = None
+                self._save(("turn", turn.key), lambda: history.delete_messages([msg_id]))
         # the person's message that could not be answered is not sent again with the next one
         idx = self.turns.index(turn) if turn in self.turns else -1
         if idx > 0 and not turn.tokens and self.turns[idx - 1].role == "user":
             self.turns[idx - 1].error = ev.error
         self.job = None
-                self._save(("turn", turn.key), lambda: history.delete_messages([msg_id]))
 
     def _on_RunnerStopped(self, ev: RunnerStopped) -> None:
         if not ev.gave_up:
@@ -1074,6 +1079,9 @@ class ChatSession:
         if job is None:
             return
         job.cancel.set()
+        stop_now = getattr(self.engine, "stop", None)
+        if callable(stop_now):
+            stop_now()        # the runner is told at once, not at the reply thread's next look
         with job.lock:
             job.turn.text = "".join(t.text for t in job.turn.tokens)
         job.turn.status = storage.CANCELLED
@@ -1082,19 +1090,19 @@ class ChatSession:
         self.job = None
 
     def resume(self, chat_id: int) -> None:
+        """Open a saved chat (the reply being written is stopped and saved to its own chat).
+        Raises :class:`HistoryError` where the history cannot be read."""
         if self.history is None:
             raise SessionError(self.history_error or "chat history is not available")
+        self._retry_unsaved()       # the chat is read back as it was left, where that can be saved
         try:
             chat = self.history.load_chat(chat_id)
         except KeyError:
             raise SessionError("that chat no longer exists") from None
         self._detach_job()
         self.chat_id = chat.id
-        """Open a saved chat (the reply being written is stopped and saved to its own chat).
-        Raises :class:`HistoryError` where the history cannot be read."""
         self.title = chat.title
         self.system_prompt = chat.system_prompt
-        self._retry_unsaved()       # the chat is read back as it was left, where that can be saved
         self.context_start = 0
         self.turns = [Turn(m.role, m.content, m.id, list(m.tokens), m.stats, m.status, m.finish_reason,
                            "not answered" if m.status == storage.ERROR and m.role == "user" else None)
@@ -1105,6 +1113,7 @@ class ChatSession:
         return self.history.list_chats() if self.history is not None else []
 
     def rename(self, chat_id: int, title: str) -> None:
+        """Raises :class:`HistoryError` where it cannot be saved (the title is then unchanged)."""
         if self.history is None:
             return
         self.history.rename_chat(chat_id, title)
@@ -1114,7 +1123,6 @@ class ChatSession:
     def delete(self, chat_id: int) -> bool:
         """Delete a saved chat; True when it was the open one (the session is then a new chat).
         Raises :class:`HistoryError` where it cannot be deleted (it is then as it was)."""
-        """Raises :class:`HistoryError` where it cannot be saved (the title is then unchanged)."""
         if self.history is None:
             return False
         self.history.delete_chat(chat_id)
@@ -1225,16 +1233,22 @@ class ChatSession:
         self._detach_job()
         if self._build_cancel is not None:
             self._build_cancel.set()
-        if job is not None and job.thread is not None:
-            job.thread.join(timeout)
         store, self.store = self.store, None
-        if store is not None:
-            with contextlib.suppress(Exception):
-                store.close()
         engine, self.engine = self.engine, None
-        if engine is not None:
-            # wait (briefly) for a reply thread to notice the cancel before freeing the model
-            if self.engine_lock.acquire(timeout=timeout):
+        from .runner import RunnerEngine
+        if isinstance(engine, RunnerEngine):
+            # the runner saves its lookup caches as it exits; one that does not exit in time (stuck
+            # in native code) is killed: the caches were saved after the last reply
+            engine.close(timeout=min(timeout, self.CLOSE_RUNNER_S))
+        else:
+            # an engine in this process: wait (briefly) for a reply thread to notice the cancel
+            # before freeing the model
+            if job is not None and job.thread is not None:
+                job.thread.join(timeout)
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+            if engine is not None and self.engine_lock.acquire(timeout=timeout):
                 try:
                     engine.close()
                 finally:

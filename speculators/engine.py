@@ -43,7 +43,7 @@ from .events import (
     STOP_CANCELLED, STOP_CONTEXT, STOP_EOG, STOP_LENGTH, STOP_STRING,
     Event, FinishEvent, GenerationResult, GenerationStats, StatsEvent, StepEvent, TokenEvent,
 )
-from .llama import Context, ContextFull, Model, ModelError
+from .llama import Context, ContextFull, DecodeAborted, Model, ModelError
 from .params import SpecParams
 from .sampling import DEFAULT_SEED, SamplingParams, Sampler
 from .template import MIN_CTX_FOR_EXAMPLES, ChatTemplate
@@ -486,6 +486,9 @@ class Engine:
                 if cut == len(prompt) - self.CKPT_TAIL:
                     self._save_prefix_ckpt()
             self.ctx.decode(prompt[start:], start, logits="last")
+        except DecodeAborted as e:
+            self._keep_after_abort(prompt[:start + e.n_done])
+            raise
         except Exception:
             self.ctx.clear()
             self.kv_tokens = []
@@ -496,6 +499,31 @@ class Engine:
         if kept:
             self._keep_prompt_state(prompt)
         return keep
+
+    # -- a stop inside a decode ------------------------------------------------
+    def enable_abort(self) -> bool:
+        """Let :meth:`abort_decode` stop the target's decode in progress (see
+        :meth:`speculators.llama.Context.enable_abort`); a generation so stopped ends as
+        ``cancelled`` with what it had written. False where it cannot."""
+        return self.ctx.enable_abort()
+
+    def abort_decode(self) -> None:
+        """Stop the target's decode in progress and every later one until :meth:`clear_abort`
+        (from any thread; only where :meth:`enable_abort` said True)."""
+        self.ctx.request_abort()
+
+    def clear_abort(self) -> None:
+        self.ctx.clear_abort()
+
+    def _keep_after_abort(self, held: list[int]) -> None:
+        """After an aborted decode: the context keeps ``held`` (llama.cpp dropped the aborted
+        batch's positions) where it can cut a sequence back; a target that cannot, or whose
+        drafters read its outputs as it decodes, starts again from nothing."""
+        if self.use_checkpoints or self.ctx.decode_hooks or self._refeed or not self.ctx.seq_rm(len(held), -1):
+            self.ctx.clear()
+            held = []
+        self.kv_tokens = list(held)
+        self._prefix_ckpts = [c for c in self._prefix_ckpts if c[0] <= len(held)] if held else []
 
     def _prompt_state_applies(self) -> bool:
         """Whether a prefill from scratch may be kept and restored (EngineConfig.prompt_states):
@@ -582,7 +610,15 @@ class Engine:
         dec = None
         n_ctx = ctx.n_ctx
         t0 = time.perf_counter()
-        keep = self._prefill(prompt)
+        try:
+            keep = self._prefill(prompt)
+        except DecodeAborted:
+            # stopped while reading the prompt: nothing written
+            stats.t_prompt_s = time.perf_counter() - t0
+            yield StatsEvent(stats)
+            yield FinishEvent(GenerationResult("", [], [], [], STOP_CANCELLED, stats,
+                                               "stopped while reading the prompt"))
+            return
         stats.n_prompt_reused = keep
         chain.begin(prompt)
         chain.process(prompt[keep:], keep)
@@ -684,6 +720,12 @@ class Engine:
             except ContextFull:
                 Sampler.drop(smpl_save)
                 finish = STOP_CONTEXT
+                break
+            except DecodeAborted:
+                # stopped inside the verify: the context holds the history before it
+                Sampler.drop(smpl_save)
+                self._keep_after_abort(history)
+                finish = STOP_CANCELLED
                 break
             chain.process(batch, n_past)
             if not draft:

@@ -35,6 +35,64 @@ class ContextFull(RuntimeError):
     pass
 
 
+class DecodeAborted(DecodeError):
+    """A decode stopped by :meth:`Context.request_abort` (llama.cpp's abort callback).
+
+    llama.cpp drops the aborted batch's positions from the memory; ``n_done`` tokens of
+    the call (whole ``n_batch`` chunks decoded before it) are in the context."""
+
+    def __init__(self, n_done: int = 0):
+        super().__init__("the decode was stopped")
+        self.n_done = n_done
+
+
+class AbortFlag:
+    """A flag that llama.cpp's abort callback reads between the nodes of a graph, with no
+    Python in the loop: the callback is libc's ``strlen`` over two bytes ``[flag, 0]``, so
+    it returns 1 (abort) once the flag byte is set and 0 otherwise. ggml's CPU backend asks
+    it after every node; a Python callback there would cost a lock and a call per node.
+    Backends that do not take an abort callback (CUDA, Metal) finish their batch first.
+
+    >>> f = AbortFlag()
+    >>> f.is_set(), f.set(), f.is_set(), f.clear(), f.is_set()
+    (False, None, True, None, False)
+    >>> AbortFlag.callback() is None or bool(AbortFlag.callback())
+    True
+    """
+
+    _callback: object = None
+    _looked = False
+
+    def __init__(self) -> None:
+        self._buf = ctypes.create_string_buffer(2)
+
+    @classmethod
+    def callback(cls):
+        """libc's ``strlen`` as a ``ggml_abort_callback`` (None where libc cannot be found)."""
+        if not cls._looked:
+            cls._looked = True
+            with contextlib.suppress(Exception):
+                import ctypes.util
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+                addr = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+                if addr:
+                    cls._callback = lc.ggml_abort_callback(addr)
+        return cls._callback
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self._buf)
+
+    def set(self) -> None:
+        self._buf[0] = b"\x01"
+
+    def clear(self) -> None:
+        self._buf[0] = b"\x00"
+
+    def is_set(self) -> bool:
+        return self._buf[0] != b"\x00"
+
+
 # -- logging: keep llama.cpp quiet, but remember the last errors ------------
 _log_lock = threading.Lock()
 _recent_log: list[str] = []
@@ -470,6 +528,29 @@ class Context:
         self.decode_hooks: list = []
         #: output rows of the last llama_decode call (its logits are readable while > 0)
         self.n_outputs = 0
+        self._abort: AbortFlag | None = None
+
+    # -- stopping a decode -----------------------------------------------------
+    def enable_abort(self) -> bool:
+        """Let :meth:`request_abort` stop a decode in progress (between two nodes of its graph,
+        on the CPU backend): :meth:`decode` then raises :class:`DecodeAborted`. False where
+        libc's ``strlen`` cannot be had (nothing is installed then)."""
+        cb = AbortFlag.callback()
+        if cb is None:
+            return False
+        if self._abort is None:
+            self._abort = AbortFlag()
+            lc.llama_set_abort_callback(self.ptr, cb, ctypes.c_void_p(self._abort.address))
+        return True
+
+    def request_abort(self) -> None:
+        """Stop the decode in progress, and every later one until :meth:`clear_abort` (any thread)."""
+        if self._abort is not None:
+            self._abort.set()
+
+    def clear_abort(self) -> None:
+        if self._abort is not None:
+            self._abort.clear()
 
     # -- decoding ------------------------------------------------------------
     def decode(self, tokens: Sequence[int], pos0: int, logits: str = "last") -> None:
@@ -499,6 +580,8 @@ class Context:
             b.n_tokens = m
             rc = lc.llama_decode(self.ptr, b)
             if rc != 0:
+                if rc == 2 and self._abort is not None:
+                    raise DecodeAborted(start)
                 if rc == 1:
                     raise ContextFull("no KV-cache slot for the batch (context full)")
                 raise DecodeError(f"llama_decode failed with code {rc}: {_last_errors()}")

@@ -260,15 +260,14 @@ def test_event_batches_send_the_first_event_at_once_then_what_came_meanwhile():
     deadline = time.monotonic() + 5
     while not sent and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert sent == [("events", [0])]
+    assert sent == [[0]]
     for i in range(1, 40):
         b.put(i)
     time.sleep(0.05)
     # what came within every_s of the last batch waits for the next
     assert len(sent) == 1
     b.close()
-    assert [m[0] for m in sent] == ["events"] * len(sent)
-    assert [ev for m in sent for ev in m[1]] == list(range(40))
+    assert [ev for m in sent for ev in m] == list(range(40))
     assert len(sent) <= 3
 
 
@@ -281,7 +280,8 @@ def test_a_replys_first_token_crosses_at_once_though_an_empty_step_came_first(mo
     from multiprocessing import Pipe
     from types import SimpleNamespace
 
-    from app import runner as runner_mod
+    from app import runner_child as runner_mod
+    from app import runner_protocol as rp
     from speculators.events import StepEvent, TokenEvent
 
     release = threading.Event()
@@ -298,23 +298,23 @@ def test_a_replys_first_token_crosses_at_once_though_an_empty_step_came_first(mo
 
     monkeypatch.setattr(EventBatches, "EVERY_CONTENDED_S", 30.0)
     ours, theirs = Pipe()
-    r = runner_mod._Runner(theirs)
+    r = runner_mod.Runner(theirs)
     r.engine = Engine()
     assert runner_mod.contended(r.engine)
-    t = threading.Thread(target=r.do_generate, args=([1, 2, 3],), daemon=True)
+    t = threading.Thread(target=r.generate, args=(rp.Generate(1, [1, 2, 3]),), daemon=True)
     t.start()
     try:
         got: list = []
         deadline = time.monotonic() + 10
         while not any(ev.tokens for ev in got) and ours.poll(max(0.0, deadline - time.monotonic())):
-            got.extend(ours.recv()[1])
+            got.extend(ours.recv().events)
         assert [tok.text for ev in got for tok in ev.tokens] == [" A"]
     finally:
         release.set()
         t.join(60)
     rest = []
     while ours.poll(0.5):
-        rest.extend(ours.recv()[1])
+        rest.extend(ours.recv().events)
     assert [tok.text for ev in rest for tok in ev.tokens] == [" walk"]
 
 
