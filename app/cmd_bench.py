@@ -195,7 +195,7 @@ def lookup_learn_effect(engine, learn_prompts: list[list[int]], prompts: list[li
     static = None
     if sp.ngram_cache.lookup_cache_static:
         from speculators.ngram_cache import load_lookup_cache
-        static = load_lookup_cache(sp.ngram_cache.lookup_cache_static, "static")
+        static = load_lookup_cache(sp.ngram_cache.lookup_cache_static, "static", n_vocab=engine.model.n_vocab)
     greedy = SamplingParams(temperature=0.0)
     learned = NgramCache()
     learner = Learner()

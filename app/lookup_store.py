@@ -21,10 +21,21 @@ Where
 When
     :meth:`LookupStore.for_model` (or :meth:`LookupStore.load`) reads both
     files. A missing file is an empty cache (a missing *explicit* static
-    file is an error, as in llama.cpp). A malformed file is never used
-    half-way: it is moved aside to ``<name>.corrupt`` (``.corrupt.1``, ...
-    if taken; never deleted), a warning is returned and kept in
-    :attr:`LookupStore.warnings`, and drafting goes on with an empty cache.
+    file is an error, as in llama.cpp). A file is read whole only once its
+    size and first bytes show it can be a cache of a size this machine can
+    load (a text corpus, a GGUF model or a multi-GB file costs one 4 KiB
+    read), and with a model its token ids must all lie in the vocabulary
+    (an id outside it would abort llama.cpp when drafted). A malformed file
+    is never used half-way:
+
+    * an *explicit* file (``--lookup-cache-static`` / ``--lookup-cache-dynamic``
+      or the config's paths: the person's own file) is never renamed, moved,
+      changed or deleted; :class:`LookupCacheError` says what is wrong with it;
+    * the folder's own damaged file is moved aside to ``<name>.corrupt``
+      (``.corrupt.1``, ... if taken; never deleted), a warning is returned and
+      kept in :attr:`LookupStore.warnings`, and drafting goes on with an empty
+      cache. One that is only too big to load here is kept in place (and a
+      save refuses to write over it).
 
     After each reply the application calls :meth:`LookupStore.learn` with
     the conversation's tokens (prompt + reply) and then :meth:`LookupStore.save`
@@ -95,7 +106,7 @@ import numpy as np
 from speculators.base import common_prefix
 from speculators.ngram_cache import (
     NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC, N_DRAFT, SOURCE_NAMES, CorruptCacheError, LookupCacheError,
-    NgramCache, NgramCacheSpeculator, ngram_cache_draft,
+    LookupFileRefused, NgramCache, NgramCacheSpeculator, check_vocab, ngram_cache_draft, read_lookup_file,
 )
 
 from . import paths
@@ -331,46 +342,87 @@ def scan_file(path: str | os.PathLike) -> tuple[int, int]:
     return ngrams, entries
 
 
-def _read_cache(path: Path, kind: str, explicit: bool, warnings: list[str]) -> NgramCache:
+def _read_cache(path: Path, kind: str, explicit: bool, warnings: list[str], n_vocab: int | None = None,
+                saving: bool = False) -> NgramCache:
     """:func:`_read_cache_state` without the state."""
-    return _read_cache_state(path, kind, explicit, warnings)[0]
+    return _read_cache_state(path, kind, explicit, warnings, n_vocab, saving)[0]
 
 
-def _read_cache_state(path: Path, kind: str, explicit: bool, warnings: list[str]):
+def _read_cache_state(path: Path, kind: str, explicit: bool, warnings: list[str], n_vocab: int | None = None,
+                      saving: bool = False):
     """Load ``path`` -> (cache, (sig, digest) of what is on disk afterwards).
 
-    Missing: empty (an error for an explicit static file); damaged: moved
-    aside, a warning added, empty.
+    The file is read whole only once its size and first bytes pass
+    (:func:`~speculators.ngram_cache.read_lookup_file`), and, given ``n_vocab``,
+    no token id outside ``0..n_vocab-1`` is let through (such ids abort llama.cpp).
+
+    Rules, by whose file it is:
+
+    * missing: an empty cache (an error for an explicit static file);
+    * an *explicit* file (one the person named: ``--lookup-cache-*``, config) that
+      is not a usable cache raises :class:`LookupCacheError` saying why, and is
+      never renamed, moved, changed or deleted;
+    * the app's own file in its folder, damaged (not a cache, bad records, ids
+      outside the vocabulary): moved aside to ``.corrupt``, a warning added, empty;
+    * a file refused unread (too big to load here, not a regular file) or one that
+      cannot be read: kept where it is, a warning added, empty; while ``saving``
+      (where going on would write over it) :class:`LookupStoreError` instead.
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-            st = os.fstat(f.fileno())
+        data, st = read_lookup_file(path)
         cache = NgramCache.from_bytes(data, source=os.fspath(path))
+        if n_vocab is not None:
+            check_vocab(cache, n_vocab, os.fspath(path))
         return cache, ((st.st_ino, st.st_size, st.st_mtime_ns), _digest(data))
     except FileNotFoundError as e:
         if explicit and kind == "static":
             raise LookupCacheError(os.fspath(path), kind, e.strerror or "not found") from e
         return NgramCache(), (_MISSING, None)
+    except LookupFileRefused as e:
+        if explicit:
+            raise LookupCacheError(os.fspath(path), kind, f"{_reason(e, path)}; the file was left as it is") from e
+        return _kept_unread(path, kind, _reason(e, path), warnings, saving)
     except CorruptCacheError as e:
+        if explicit:
+            raise LookupCacheError(os.fspath(path), kind, f"{_reason(e, path)}; the file was left as it is") from e
         try:
             aside = move_aside(path)
         except OSError as e2:  # pragma: no cover - e.g. read-only folder
-            msg = (f"the {kind} lookup cache {path} is damaged ({e}) and could not be moved aside "
-                   f"({e2.strerror or e2}); an empty cache is used")
+            msg = (f"the {kind} lookup cache {path} is damaged ({_reason(e, path)}) and could not be moved "
+                   f"aside ({e2.strerror or e2}); an empty cache is used")
+            if saving:
+                raise LookupStoreError(msg) from e2
         else:
-            msg = (f"the {kind} lookup cache {path} was damaged ({e}); it was moved to {aside.name} "
-                   f"and an empty {kind} cache is used")
+            msg = (f"the {kind} lookup cache {path} was damaged ({_reason(e, path)}); it was moved to "
+                   f"{aside.name} and an empty {kind} cache is used")
         log.warning(msg)
         warnings.append(msg)
         return NgramCache(), (_sig(path), None)
     except OSError as e:
         if explicit:
             raise LookupCacheError(os.fspath(path), kind, e.strerror or str(e)) from e
-        msg = f"the {kind} lookup cache {path} cannot be read ({e.strerror or e}); an empty cache is used"
-        log.warning(msg)
-        warnings.append(msg)
-        return NgramCache(), None
+        return _kept_unread(path, kind, f"it cannot be read: {e.strerror or e}", warnings, saving)
+
+
+def _reason(e: BaseException, path: Path) -> str:
+    """An error's message less the ``"<path>: "`` it begins with (the caller names the file)."""
+    msg, prefix = str(e), f"{os.fspath(path)}: "
+    return msg[len(prefix):] if msg.startswith(prefix) else msg
+
+
+def _kept_unread(path: Path, kind: str, why: str, warnings: list[str], saving: bool):
+    """The app's own cache file could not be loaded but is not known to be damaged: it stays.
+
+    Loading goes on with an empty cache (state None: a later save reads the file again
+    first); a save raises instead, so that the file is never written over.
+    """
+    if saving:
+        raise LookupStoreError(f"the {kind} lookup cache {path} is kept as it is and not written over ({why}); "
+                               f"move it away to let a new one be saved")
+    msg = f"the {kind} lookup cache {path} is not used ({why}); it is kept as it is and an empty cache is used"
+    log.warning(msg)
+    warnings.append(msg)
+    return NgramCache(), None
 
 
 # ---------------------------------------------------------------------------
@@ -777,19 +829,29 @@ class LookupStore:
             atomic_write_text(self.folder / META_NAME, json.dumps(meta, indent=1, sort_keys=True))
 
     # -- loading ---------------------------------------------------------------
+    @property
+    def n_vocab(self) -> int | None:
+        """The model's vocabulary size: loaded caches must name no token id outside
+        ``0..n_vocab-1`` (None without a model: ids are not checked)."""
+        n = getattr(self.model, "n_vocab", None)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
     def load(self) -> list[str]:
         """(Re)read both files; returns the warnings of this load.
 
         Anything learned and not yet saved is kept (merged on top).
-        Raises :class:`LookupCacheError` for a missing explicit static file.
+        Raises :class:`LookupCacheError` for a missing explicit static file and
+        for an explicit file that is not a usable cache for this model (left as it is).
         """
         warnings: list[str] = []
         if not self.dynamic_explicit or not self.static_explicit:
             self.folder.mkdir(parents=True, exist_ok=True)
         with self._io_lock, self._file_lock():
             _cleanup_tmp(self.dynamic_path.parent, [self.dynamic_path.name])
-            static = _read_cache(self.static_path, "static", self.static_explicit, warnings)
-            dynamic, state = _read_cache_state(self.dynamic_path, "dynamic", self.dynamic_explicit, warnings)
+            n_vocab = self.n_vocab
+            static = _read_cache(self.static_path, "static", self.static_explicit, warnings, n_vocab)
+            dynamic, state = _read_cache_state(self.dynamic_path, "dynamic", self.dynamic_explicit, warnings,
+                                               n_vocab)
             with self._lock:
                 self.static.replace_contents(static)
                 dynamic.merge(self.delta)
@@ -880,7 +942,7 @@ class LookupStore:
             return SaveResult(os.fspath(path), file_bytes=len(data), ngrams=n_ngrams, entries=n_entries,
                               added_entries=added, pruned_entries=pruned)
         # the file changed under us: read it, add our delta, write
-        disk = _read_cache(path, "dynamic", self.dynamic_explicit, warnings)
+        disk = _read_cache(path, "dynamic", self.dynamic_explicit, warnings, self.n_vocab, saving=True)
         with self._lock:
             pending = self.delta
             self.delta = NgramCache()
