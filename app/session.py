@@ -850,9 +850,19 @@ class ChatSession:
     # -- applying events (owner thread) ----------------------------------------------------------
     def apply(self, ev: Any) -> None:
         """Bring the session up to date with an event from one of its threads."""
-        handler = getattr(self, f"_on_{type(ev).__name__}", None)
+        handler = self.handlers().get(type(ev))
         if handler is not None:
             handler(ev)
+
+    def handlers(self) -> dict[type, Callable[[Any], None]]:
+        """The session's handler of each event type it keeps itself up to date with (by type:
+        a renamed event class is a NameError here, never a handler silently lost)."""
+        return {EngineReady: self._on_EngineReady, ReadAhead: self._on_ReadAhead,
+                EngineFailed: self._on_EngineFailed, SpecApplied: self._on_SpecApplied,
+                ReplyProgress: self._on_ReplyProgress, ContextTrimmed: self._on_ContextTrimmed,
+                ReplyDone: self._on_ReplyDone, ReplyFailed: self._on_ReplyFailed,
+                RunnerStopped: self._on_RunnerStopped, LookupSaved: self._on_LookupSaved,
+                StaticBuilt: self._on_StaticBuilt}
 
     def _on_EngineReady(self, ev: EngineReady) -> None:
         if self.closed:

@@ -27,7 +27,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -531,9 +531,20 @@ class DraftlightApp(App[int]):
         # anything else comes after the progress it follows: show that first
         self._flush_progress()
         self.session.apply(ev)
-        handler = getattr(self, f"_ui_{type(ev).__name__}", None)
+        handler = self.ui_handlers().get(type(ev))
         if handler is not None:
             handler(ev)
+
+    def ui_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the screen does with each session event (by type, as :meth:`ChatSession.handlers`;
+        :class:`~app.session.ReplyProgress` is painted by :meth:`_reply_progress`)."""
+        return {sess.LoadProgress: self._ui_LoadProgress, sess.EngineReady: self._ui_EngineReady,
+                sess.EngineFailed: self._ui_EngineFailed, sess.SpecApplied: self._ui_SpecApplied,
+                sess.ContextTrimmed: self._ui_ContextTrimmed, sess.ReplyDone: self._ui_ReplyDone,
+                sess.ReplyFailed: self._ui_ReplyFailed, sess.RunnerStopped: self._ui_RunnerStopped,
+                sess.ReadAhead: self._ui_ReadAhead, sess.LookupSaved: self._ui_LookupSaved,
+                sess.StaticBuildProgress: self._ui_StaticBuildProgress, sess.StaticBuilt: self._ui_StaticBuilt,
+                sess.HistoryNotice: self._ui_HistoryNotice}
 
     def _ui_LoadProgress(self, ev: sess.LoadProgress) -> None:
         self.query_one(LoadPanel).show_progress(ev.phase, ev.done, ev.total)
