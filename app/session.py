@@ -286,6 +286,11 @@ class ChatSession:
     #: while saving fails, a streaming reply is saved again this far apart (each try may wait
     #: out a lock another program holds: History's timeout, on the owner thread)
     SAVE_RETRY_S = 5.0
+    #: seconds a history write on the owner (UI) thread waits for a lock another program holds
+    #: before it fails and is kept to be tried again (the screen must not stop for it)
+    HISTORY_WAIT_S = 0.2
+    #: the same, for the last saves when the chat closes
+    HISTORY_WAIT_CLOSING_S = 1.0
 
     def __init__(self, config: config_mod.Config | None = None, *, post: Post,
                  engine_factory: EngineFactory | None = None, history: History | None = None,
@@ -307,7 +312,7 @@ class ChatSession:
         self.history_error: str | None = None
         if history is None and open_history:
             try:
-                self.history = History()
+                self.history = History(timeout=self.HISTORY_WAIT_S)
             except HistoryError as e:
                 self.history_error = str(e)
         #: history writes that failed, by what they save (a turn, a chat's system prompt, ...):
@@ -1240,7 +1245,13 @@ class ChatSession:
         self.closed = True
         self._stop_warm()
         job = self.job
+        if self.history is not None:
+            # the last saves may wait a little longer for a lock another program holds
+            with contextlib.suppress(HistoryError):
+                self.history.set_timeout(self.HISTORY_WAIT_CLOSING_S)
         self._detach_job()
+        if job is None:
+            self._retry_unsaved()     # (a reply's save, just above, tried them)
         if self._build_cancel is not None:
             self._build_cancel.set()
         store, self.store = self.store, None

@@ -290,6 +290,11 @@ class History:
     def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return self._using("read")
 
+    def set_timeout(self, seconds: float) -> None:
+        """How long a write waits for a lock another program holds before it fails."""
+        with self._using("set up") as db:
+            db.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
+
     def close(self) -> None:
         with self.lock, contextlib.suppress(sqlite3.Error):
             self.db.close()

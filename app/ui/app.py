@@ -387,7 +387,7 @@ class DraftlightApp(App[int]):
         s = self.session
         if s.history is None and not self._history_given:
             try:
-                s.history = History()
+                s.history = History(timeout=s.HISTORY_WAIT_S)
             except Exception as e:
                 s.history_error = describe(e)
         self.query_one(PromptInput).sent = s.sent_messages()
