@@ -88,7 +88,7 @@ def entry() -> int:
     import os
     argv = sys.argv[1:]
     if os.environ.get(_SUPERVISED_ENV):
-        from .runner import die_with_parent
+        from .child import die_with_parent
         die_with_parent()
     if argv and argv[0] in SUPERVISED and not os.environ.get(_SUPERVISED_ENV) \
             and not any(a in ("-h", "--help") for a in argv):
@@ -109,12 +109,14 @@ def supervise(argv: list[str]) -> int:
     import os
     import subprocess
     import threading
+    from .child import module_argv
     from .runner import crash_advice, rpc_lost, telling_lines
     from .cpu_check import signal_name
     r, w = os.pipe()
     env = dict(os.environ, **{_SUPERVISED_ENV: "1", "DRAFTLIGHT_LOG_FD": str(w)})
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "app", *argv], pass_fds=(w,), env=env)
+        # our ``app``, whatever the current folder holds (app.child); the folder stays: relative paths work
+        proc = subprocess.Popen(module_argv("app", *argv), pass_fds=(w,), env=env)
     finally:
         os.close(w)
     tail: collections.deque[str] = collections.deque(maxlen=60)

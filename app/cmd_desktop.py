@@ -103,7 +103,9 @@ def data_file(name: str) -> bytes:
 
 
 def draftlight_command() -> list[str]:
-    """The command that runs this draftlight, by absolute path (argv words)."""
+    """The command that runs this draftlight, by absolute path (argv words): its ``draftlight``
+    script, else this Python running our ``app`` (:func:`app.child.module_argv`: never
+    ``-m app``, which would run an ``app`` in whatever folder the launcher starts in)."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
     if Path(argv0).name in ("draftlight", "draftlight.exe"):
         found = argv0 if os.sep in argv0 else shutil.which(argv0)
@@ -115,7 +117,8 @@ def draftlight_command() -> list[str]:
     found = shutil.which("draftlight")
     if found:
         return [os.path.abspath(found)]
-    return [sys.executable, "-m", "app"]
+    from .child import module_argv
+    return module_argv("app", now=False)
 
 
 def fill_command(script: str, command: list[str]) -> str:
@@ -282,7 +285,7 @@ def plan(target: str, command: list[str]) -> list[tuple[Path, bytes, int]]:
 
 def _load_manifest() -> dict | None:
     try:
-        data = json.loads(manifest_path().read_text())
+        data = json.loads(manifest_path().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
@@ -319,7 +322,7 @@ def install(target: str, command: list[str] | None = None, dry_run: bool = False
             raise DesktopError(f"{mac_bundle()} exists and was not made by draftlight; "
                                "move it away first (or pass --force to replace it)")
         entry = xdg_data_home() / "applications" / DESKTOP_ID
-        if target == "xdg" and entry.exists() and MARKER_KEY not in entry.read_text(errors="replace"):
+        if target == "xdg" and entry.exists() and MARKER_KEY not in entry.read_text(encoding="utf-8", errors="replace"):
             raise DesktopError(f"{entry} exists and was not written by draftlight; "
                                "move it away first (or pass --force to replace it)")
     if dry_run:
@@ -397,7 +400,7 @@ def _fallback_manifest(target: str) -> dict:
     for dest, _, _ in plan(target, ["draftlight"]):
         if not dest.exists():
             continue
-        if dest.name == DESKTOP_ID and MARKER_KEY not in dest.read_text(errors="replace"):
+        if dest.name == DESKTOP_ID and MARKER_KEY not in dest.read_text(encoding="utf-8", errors="replace"):
             continue  # someone else's entry with our name: not ours to remove
         files.append(str(dest))
     if target == "macos":

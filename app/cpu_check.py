@@ -40,13 +40,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from .child import die_with_parent, module_argv
+
 MODES = ("auto", "on", "repack", "off")
 
 #: "on", "repack" or "off": the answer for this process and its children, no probe (a parent
 #: that probed already, e.g. the test suite, passes it on)
 ENV = "DRAFTLIGHT_EXTRA_BUFTS"
 #: tests: the probe child kills itself with this signal instead of decoding ("segv", "abrt"); with
-#: a mode after a colon ("segv:on") only the probe of that mode does (a CPU whose AMX kernels crash)
+#: a mode after a colon ("segv:on") only the probe of that mode does (a CPU whose AMX kernels crash).
+#: "wait": it waits, loading nothing, until it is stopped (a probe stuck in a load)
 SIMULATE_ENV = "DRAFTLIGHT_PROBE_SIMULATE"
 
 
@@ -171,7 +174,8 @@ def probe(model_path: str, timeout: float = 180.0, mode: str = "on") -> ProbeRes
     env = dict(os.environ)
     env.pop("DRAFTLIGHT_LOG_FD", None)
     env["DRAFTLIGHT_LLAMA_LOG"] = "1"   # the child's llama.cpp log goes to its stderr, which we keep
-    cmd = [sys.executable, "-m", "app.cpu_check", "--probe", os.path.abspath(model_path), mode]
+    # our app.cpu_check, whatever the current folder holds (app.child)
+    cmd = module_argv("app.cpu_check", "--probe", os.path.abspath(model_path), mode)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=env,
                            stdin=subprocess.DEVNULL)
@@ -264,9 +268,16 @@ def apply(mode: str = "auto", model_path: str | None = None,
 
 
 def _probe_main(model_path: str, mode: str = "on") -> int:
-    """The child: load with the extra buffer types (``mode``), decode a batch and single tokens."""
-    from speculators.llama import Context, Model
+    """The child: load with the extra buffer types (``mode``), decode a batch and single tokens.
+    It stops when the process that started it dies (:func:`app.child.die_with_parent`): a probe
+    stuck in a load does not outlive the runner that waits for it."""
+    die_with_parent()
     sim, _, sim_mode = os.environ.get(SIMULATE_ENV, "").partition(":")
+    if sim == "wait":
+        print("probe: waiting", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(60)
+    from speculators.llama import Context, Model
     m = Model(model_path, use_extra_bufts=mode)
     ctx = Context(m, n_ctx=128, n_batch=64, n_threads=None)
     if sim and sim_mode in ("", mode):

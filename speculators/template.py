@@ -4,6 +4,8 @@ The template string comes from the model file (``tokenizer.chat_template``),
 which is untrusted: it is rendered with Jinja2's immutable sandbox, so it
 cannot reach Python internals, mutate objects or import anything.
 
+Nor can it hang or exhaust the process that renders it: see :mod:`speculators.template_sandbox`.
+
 >>> t = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
 ...                  "{% if add_generation_prompt %}<assistant>{% endif %}", bos_token="<s>")
 >>> t.render([{"role": "user", "content": "hi"}])
@@ -16,7 +18,6 @@ from datetime import date
 from typing import Any, Sequence
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # A model that ships no chat template is a base (pretrained) model: it was
 # never taught turn tokens, but it continues a plain transcript well -- too
@@ -84,12 +85,13 @@ FALLBACK_STOP = tuple(f"{ws}{label}{colon}" for label in FALLBACK_LABELS
                       for ws in ("\n", " ", "\t") for colon in (":", " :"))
 
 
-class ChatTemplateError(ValueError):
-    pass
+from .template_sandbox import (  # noqa: E402  (after the constants the sandbox does not use)
+    BUDGET, MAX_CHARS, BoundedEnvironment, Budget, ChatTemplateError, ChatTemplateLimitError, exceeded,
+    raise_exception,
+)
 
-
-def _raise(message: str) -> None:
-    raise ChatTemplateError(f"chat template refused the conversation: {message}")
+__all__ = ["ChatTemplate", "ChatTemplateError", "ChatTemplateLimitError", "FALLBACK_TEMPLATE",
+           "FALLBACK_STOP", "MIN_CTX_FOR_EXAMPLES"]
 
 
 class ChatTemplate:
@@ -100,27 +102,42 @@ class ChatTemplate:
         self.stop_strings: tuple[str, ...] = FALLBACK_STOP if source is None else ()
         self.bos_token = bos_token
         self.eos_token = eos_token
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False)
-        env.globals["raise_exception"] = _raise
+        env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False)
+        env.globals["raise_exception"] = raise_exception
         env.globals["strftime_now"] = lambda fmt: date.today().strftime(fmt)
         try:
-            self._template = env.from_string(self.source)
+            self._template = env.compile_bounded(self.source)
         except TemplateError as e:
             raise ChatTemplateError(f"the model's chat template does not parse: {e}") from None
 
     def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
                worked_examples: bool = True) -> str:
         """``worked_examples``: the fallback transcript's example exchanges (a model's own
-        template ignores it)."""
+        template ignores it). Within the module's bounds (:class:`ChatTemplateLimitError`)."""
+        messages = list(messages)
+        budget = Budget(len(messages))
+        token = BUDGET.set(budget)
+        chunks = self._template.generate(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            worked_examples=worked_examples,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
         try:
-            return self._template.render(
-                messages=list(messages),
-                add_generation_prompt=add_generation_prompt,
-                worked_examples=worked_examples,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-            )
+            out: list[str] = []
+            size = 0
+            for chunk in chunks:
+                size += len(chunk)
+                if size > MAX_CHARS:
+                    exceeded(f"the limit of {MAX_CHARS:,} characters of output")
+                budget.step(0)
+                out.append(chunk)
+            return "".join(out)
         except ChatTemplateError:
             raise
         except Exception as e:  # SecurityError, TemplateError, TypeError...
             raise ChatTemplateError(f"the model's chat template failed: {e}") from None
+        finally:
+            chunks.close()
+            BUDGET.reset(token)
