@@ -41,7 +41,6 @@ import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -373,13 +372,16 @@ class RunnerEngine:
                 self._request(lambda rid: rp.OpenStore(rid, self._store_spec, _path(self.lookup_root)), link=link)
             if self._snap is not None and self._last_spec is not None:
                 self._request(lambda rid: rp.SetSpec(rid, self._last_spec, self._store_spec is not None), link=link)
+            if self.closed:       # closed while it loaded (close does not wait for a start)
+                raise RunnerError("the model was unloaded")
         except BaseException:
-            self._kill()      # a runner without a model is of no use: the next request starts another
+            self._kill(link)  # a runner without a model is of no use: the next request starts another
             raise
 
-    def _kill(self) -> None:
-        """End the runner now (a death of this side's making: not a crash, not restarted)."""
-        link = self._link
+    def _kill(self, link: _Link | None = None) -> None:
+        """End the runner (``link``'s, or the current one) now: a death of this side's making,
+        not a crash, not restarted."""
+        link = link or self._link
         if link is None:
             return
         link.ended_here = True
@@ -745,12 +747,13 @@ class RunnerEngine:
 
     def close(self, timeout: float | None = None) -> None:
         """End the runner (it saves its lookup caches) from any thread, a request in progress
-        included; one that has not exited ``timeout`` seconds later (:attr:`CLOSE_S`) is killed."""
-        with self._life:
-            if self.closed:
-                return
-            self.closed = True
-            link = self._link
+        included; one that has not exited ``timeout`` seconds later (:attr:`CLOSE_S`) is killed.
+        It never waits for a runner being started (a restart loading its model): that one
+        ends itself once it sees :attr:`closed`."""
+        if self.closed:
+            return
+        self.closed = True
+        link = self._link
         if link is None:
             return
         link.ended_here = True
@@ -761,8 +764,7 @@ class RunnerEngine:
             link.send(rp.Close())
             with contextlib.suppress(subprocess.TimeoutExpired):
                 link.proc.wait(self.CLOSE_S if timeout is None else timeout)
-        with self._life:
-            self._kill()
+        self._kill(link)
 
 
 def _path(p: str | os.PathLike | None) -> str | None:

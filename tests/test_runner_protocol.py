@@ -219,3 +219,24 @@ def test_closing_while_the_runner_is_stuck_takes_under_two_seconds(tmp_path, def
     saved = History(tmp_path / "h.sqlite3").load_chat(chat_id)
     assert saved.messages[-1].status == "cancelled"
     assert reply.status == "cancelled"
+
+
+def test_closing_does_not_wait_for_a_runner_being_started_and_leaves_none(default_model_path):
+    """A runner killed between replies is started again in the background (its model loading);
+    closing the chat then returns at once, and the runner being started ends itself."""
+    import signal
+    eng = RunnerEngine(ModelOptions(model=str(default_model_path), ctx_size=1024, threads=2), SpecParams())
+    first = eng.pid
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while eng.starts < 2:                     # the restart has spawned its runner, which loads now
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    second = eng.pid
+    t0 = time.monotonic()
+    eng.close(timeout=0.5)
+    assert time.monotonic() - t0 < 1.0
+    deadline = time.monotonic() + 15
+    while not (_gone(first) and _gone(second)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(first) and _gone(second)
