@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("app.cmd_bench", "compare speculative types side by side"),
     "lookup": ("app.cmd_lookup", "build, merge and inspect n-gram lookup caches"),
     "doctor": ("app.cmd_doctor", "print what a bug report needs"),
+    "serve": ("app.cmd_serve", "serve the model over HTTP: OpenAI's API and llama-server's /completion"),
     "rpc-server": ("app.cmd_rpc", "serve this machine's devices to another draftlight (llama.cpp's rpc-server)"),
     "install-desktop": ("app.cmd_desktop", "install the desktop entry and icon"),
     "uninstall-desktop": ("app.cmd_desktop", "remove the desktop entry and icon"),
