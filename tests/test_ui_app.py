@@ -1075,3 +1075,18 @@ async def test_a_quick_read_ahead_is_not_said(monkeypatch):
         await pilot.pause(app.READ_AHEAD_SHOWN_AFTER_S + 0.2)
         assert not app.session.reading_ahead
     assert "ready" in shown and "reading…" not in shown
+
+
+async def test_a_key_typed_after_enter_before_the_message_is_taken_stays_in_the_prompt():
+    """Enter posts the message; a key typed before the app takes it is the start of the next
+    message, not part of the one sent (the soak test found it erased)."""
+    app, engine = make_app()
+    async with app.run_test() as pilot:
+        await ready(pilot, app)
+        prompt = app.query_one(PromptInput)
+        prompt.text = "hi"
+        prompt.post_message(PromptInput.Send("hi"))      # Enter, not taken yet
+        prompt.text = "hix"                             # the next key, typed meanwhile
+        await until(pilot, lambda: app.job is None and len(app._views()) == 2)
+        assert app._views()[0].text == "hi"
+        assert prompt.text == "x"

@@ -841,7 +841,9 @@ class DraftlightApp(App[int]):
             return False
         prompt.remember(text.strip("\n"))
         if from_prompt:
-            prompt.text = ""
+            # what was typed after Enter, before the message was taken, stays in the prompt
+            now = prompt.text
+            prompt.text = now[len(text):] if now.startswith(text) else ""
         if reply is None:
             self.notify("The model is still loading; your message will be sent when it is ready.", timeout=4)
             return False
