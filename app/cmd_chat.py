@@ -84,12 +84,12 @@ def _debug_dump_on_signal() -> None:
 def run(args: argparse.Namespace) -> int:
     from .cli import CliError
     settings = _settings(args)   # a bad flag is said before the terminal is taken over
-    if not sys.stdin.isatty() or not sys.stdout.isatty():
-        raise CliError("the chat app needs a terminal; for scripts use 'draftlight generate'")
-    _debug_dump_on_signal()
     lab_file = getattr(args, "lab_prompt_file", None)
     if lab_file and not os.path.isfile(os.path.expanduser(lab_file)):
         raise CliError(f"file not found: {lab_file}")
+    if not sys.stdin.isatty() or not sys.stdout.isatty():
+        raise CliError("the chat app needs a terminal; for scripts use 'draftlight generate'")
+    _debug_dump_on_signal()
     kw = {"open_lab": True, "lab_prompt_file": lab_file} if getattr(args, "command", "chat") == "lab" else {}
     app = make_app(args, settings, **kw)
     _quit_on_signals(app)

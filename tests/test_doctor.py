@@ -27,6 +27,15 @@ def run_doctor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
     return subprocess.run([str(DRAFTLIGHT), "doctor", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
 
 
+def sysfs_physical_cores() -> int:
+    """The physical cores this process may count on, from sysfs: distinct (package, core) pairs."""
+    cores = set()
+    for topo in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology"):
+        cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
+    assert cores, "no CPU topology in sysfs"
+    return min(len(cores), os.cpu_count() or 1)
+
+
 def snapshot(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
@@ -64,10 +73,15 @@ def test_doctor_json_is_complete(private_dirs, tmp_path):
     assert "servers" not in report["rpc"]       # none given, none configured
     assert report["gpu_offload"] == any(d["type"] in ("gpu", "igpu") for d in report["devices"])
 
-    from speculators.llama import physical_cores
-    from app.runtime import default_gpu_layers
-    assert report["defaults"]["threads"] == physical_cores()
-    assert report["defaults"]["n_gpu_layers"] == default_gpu_layers()
+    # the defaults as the README and --help give them: -t the physical cores (counted here from
+    # sysfs, not with the app's own reading of /proc/cpuinfo), -ngl every layer (999) where there
+    # is a device to offload to and 0 on a CPU-only build, a context of 4096 tokens
+    offload = any(d["type"] in ("gpu", "igpu", "rpc") for d in report["devices"])
+    assert report["defaults"] == {"n_gpu_layers": 999 if offload else 0, "threads": sysfs_physical_cores(),
+                                  "ctx_size": 4096}
+    if not lc["supports_gpu_offload"]:
+        # a CPU-only build (the tests' own: CMAKE_ARGS without a GPU backend)
+        assert report["gpu_offload"] is False and report["defaults"]["n_gpu_layers"] == 0
 
     # every path is inside this test's temp XDG dirs
     p = report["paths"]
@@ -93,6 +107,45 @@ def test_doctor_text(private_dirs, tmp_path):
                    "Backends and devices", "GPU offload", "default -ngl", "default threads",
                    os.environ["XDG_DATA_HOME"], "not assembled yet", "not installed (draftlight install-desktop)"):
         assert needle in out, needle
+    lines = out.splitlines()
+    assert f"  {'default threads':<24} {sysfs_physical_cores()} (physical cores)" in lines
+    import llama_cpp
+    if not llama_cpp.llama_supports_gpu_offload():
+        # a CPU-only build: nothing to offload to, so -ngl defaults to 0
+        assert f"  {'GPU offload':<24} no device to offload to (the CPU only)" in lines
+        assert f"  {'default -ngl':<24} 0 (CPU only)" in lines
+
+
+#: /proc/cpuinfo of a machine with 2 sockets of 2 cores, 2 threads each (8 logical CPUs, 4 cores)
+CPUINFO_2X2X2 = "".join(
+    f"processor\t: {n}\nphysical id\t: {sock}\ncore id\t\t: {core}\nsiblings\t: 4\ncpu cores\t: 2\n\n"
+    for n, (sock, core) in enumerate((s, c) for s in (0, 1) for c in (0, 1) for _ in (0, 1)))
+
+
+def test_doctor_shows_the_defaults_a_machine_with_offload_and_smt_gets(private_dirs, monkeypatch, capsys):
+    """-t defaults to the physical cores (not the logical CPUs, nor the core ids of one socket),
+    -ngl to every layer (999) once there is a device to offload to."""
+    import io
+
+    import speculators.llama as native
+    from speculators import devices
+    monkeypatch.setattr(native, "open", lambda path, *a, **k: io.StringIO(CPUINFO_2X2X2)
+                        if path == "/proc/cpuinfo" else open(path, *a, **k), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    gpu = devices.Device("CUDA0", "a test GPU", "GPU", 20 << 30, 24 << 30)
+    monkeypatch.setattr(devices, "offload_devices", lambda: [gpu])
+    report = cmd_doctor.collect()
+    assert report["defaults"] == {"n_gpu_layers": 999, "threads": 4, "ctx_size": 4096}
+    assert report["gpu_offload"] is True
+    lines = cmd_doctor.format_text(report).splitlines()
+    assert f"  {'GPU offload':<24} available" in lines
+    assert f"  {'default -ngl':<24} 999 (everything on the GPU)" in lines
+    assert f"  {'default threads':<24} 4 (physical cores)" in lines
+    # and without the device: the CPU only
+    monkeypatch.setattr(devices, "offload_devices", lambda: [])
+    report = cmd_doctor.collect()
+    assert (report["gpu_offload"], report["defaults"]["n_gpu_layers"]) == (False, 0)
+    assert f"  {'default -ngl':<24} 0 (CPU only)" in cmd_doctor.format_text(report).splitlines()
 
 
 def test_doctor_counts_sizes_and_sees_the_model_and_desktop(private_dirs, capsys):
@@ -129,10 +182,16 @@ def test_doctor_reports_a_broken_config_and_still_succeeds(private_dirs, capsys)
 
 def test_config_overrides_are_shown(private_dirs, capsys):
     paths.config_file().parent.mkdir(parents=True)
-    paths.config_file().write_text("[model]\nthreads = 3\n")
+    paths.config_file().write_text("[model]\nthreads = 3\nn_gpu_layers = 12\nctx_size = 2048\n")
     assert main(["doctor", "--json"]) == 0
-    cfg = json.loads(capsys.readouterr().out)["config"]
-    assert cfg["model"]["threads"] == 3
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"]["model"] == {"model": None, "ctx_size": 2048, "threads": 3, "n_gpu_layers": 12}
+    # the built-in defaults stay what they are: the config's values are shown beside them
+    assert report["defaults"]["threads"] == sysfs_physical_cores() and report["defaults"]["ctx_size"] == 4096
+    assert main(["doctor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for key, value in (("threads", 3), ("n_gpu_layers", 12), ("ctx_size", 2048)):
+        assert f"  {'  config model.' + key:<24} {value}" in lines, key
 
 
 def test_a_failing_section_does_not_sink_the_report(private_dirs, monkeypatch):

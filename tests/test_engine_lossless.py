@@ -20,6 +20,8 @@ from .prompts import PROMPTS
 
 GREEDY = SamplingParams(temperature=0.0)
 MAX_TOKENS = 48
+#: long enough for the greedy reply to PROMPTS[1] to copy the whole passage and go past its end
+LONG_COPY = 160
 NGRAM_TYPES = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 CHAIN = ",".join(NGRAM_TYPES)
 
@@ -77,14 +79,30 @@ def test_greedy_output_equals_none_on_f16(f16_engine, f16_prompts, none_outputs,
     assert 0 < accepted < drafted
 
 
-def test_default_ngram_mod_parameters_are_lossless_on_a_long_copy(f16_engine):
-    """ngram-mod with llama.cpp's own defaults (n_match 24, n_min 48) on a long copy task."""
-    prompt = f16_engine.prompt_tokens(text="Copy this text twice, exactly:\n\n" + PROMPTS[1] * 2)
+def test_default_ngram_mod_parameters_are_lossless_on_a_long_copy(f16_engine, f16_prompts):
+    """ngram-mod with llama.cpp's own defaults (n_match 24, n_min 48) on a long copy: the greedy
+    reply copies the quoted passage whole (~140 tokens), so after 24 copied tokens ngram-mod
+    drafts 48-64 at a time; at the passage's end its draft runs on into what followed the passage
+    in the prompt, which the model rejects. The reply must be ``none``'s, token for token."""
+    from .prompts import TEXT
+    prompt = f16_prompts[1]                 # "Quote the following text exactly, word for word:" + TEXT
     f16_engine.set_spec(SpecParams())
-    plain = f16_engine.run(prompt, max_tokens=96, sampling=GREEDY)
+    plain = f16_engine.run(prompt, max_tokens=LONG_COPY, sampling=GREEDY)
+    # a real copy: the whole passage, word for word, before anything else
+    assert plain.text.strip().startswith(TEXT), plain.text
     f16_engine.set_spec(SpecParams.from_types("ngram-mod"))
-    spec = f16_engine.run(prompt, max_tokens=96, sampling=GREEDY)
+    p = f16_engine.spec.ngram_mod
+    assert (p.n_match, p.n_min) == (24, 48)  # llama.cpp's defaults, not the tuned ones of _spec
+    spec = f16_engine.run(prompt, max_tokens=LONG_COPY, sampling=GREEDY)
+    st = spec.stats
+    mod = st.speculators["ngram-mod"]
+    # ngram-mod drafted long (at least n_min a draft) and had most of it accepted; the copy's end
+    # was drafted past and rejected, so the verify's own token replaced a draft token there
+    assert mod.n_gen_drafts >= 2 and st.n_drafted >= 2 * 48, (mod.n_gen_drafts, st.n_drafted)
+    assert st.n_drafted > st.n_accepted >= 96, (st.n_drafted, st.n_accepted)
+    assert sum(1 for b in spec.drafted_by if b == "ngram-mod") == st.n_accepted
     assert spec.tokens == plain.tokens
+    assert spec.text == plain.text
 
 
 def test_checkpoint_rollback_path_is_lossless(f16_model_path, f16_prompts, none_outputs):
@@ -162,22 +180,50 @@ def test_q4_divergence_only_at_near_ties(q4_engine):
 
 
 def test_events_stream_in_order_and_finish_once(f16_engine, f16_prompts):
+    n = 32
+    f16_engine.set_spec(SpecParams())
+    plain = f16_engine.run(f16_prompts[1], max_tokens=n, sampling=GREEDY).tokens
     f16_engine.set_spec(_spec(CHAIN))
-    events = list(f16_engine.generate(f16_prompts[1], max_tokens=32, sampling=GREEDY))
+    events = list(f16_engine.generate(f16_prompts[1], max_tokens=n, sampling=GREEDY))
     finishes = [e for e in events if isinstance(e, FinishEvent)]
     assert len(finishes) == 1 and events[-1] is finishes[0]
-    toks = [t for e in events if isinstance(e, StepEvent) for t in e.tokens]
-    assert [t.index for t in toks] == list(range(len(toks)))
     res = finishes[0].result
+    assert res.finish_reason == "length" and len(res.tokens) == n
+    assert res.tokens == plain                          # F16: the reply is none's
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    toks = [t for e in steps for t in e.tokens]
+    assert [t.index for t in toks] == list(range(n))
     assert [t.id for t in toks] == res.tokens
     assert "".join(t.text for t in toks) == res.text
-    assert res.finish_reason == "length" and len(res.tokens) == 32
-    for e in events:
-        if isinstance(e, StepEvent) and e.drafted_by:
-            drafted = [t for t in e.tokens if t.drafted_by]
-            assert len(drafted) == e.n_accepted
-            assert [t.draft_pos for t in drafted] == list(range(e.n_accepted))
-            assert all(t.drafted_by == e.drafted_by for t in drafted)
+    assert [t.drafted_by for t in toks] == res.drafted_by and [t.draft_pos for t in toks] == res.draft_pos
+    assert all(t.text == f16_engine.model.token_bytes(t.id).decode("utf-8", "replace") for t in toks)
+    # the first event is the prompt's own token; then one event per verify step (no stop
+    # string here, so nothing is held back and no tail follows)
+    first, verifies = steps[0], steps[1:]
+    assert (len(first.tokens), first.drafted_by, first.n_drafted, first.n_accepted) == (1, None, 0, 0)
+    assert first.tokens[0].drafted_by is None and first.tokens[0].draft_pos is None
+    assert len(verifies) == res.stats.n_steps
+    assert sum(e.n_drafted for e in verifies) == res.stats.n_drafted
+    assert sum(e.n_accepted for e in verifies) == res.stats.n_accepted
+    drafted_steps = [e for e in verifies if e.n_drafted]
+    # the quote is copied: several steps drafted and had drafts accepted, and some drafted
+    # more than the model took
+    assert len(drafted_steps) >= 2 and res.stats.n_accepted >= 8, [(e.drafted_by, e.n_drafted, e.n_accepted) for e in verifies]
+    assert any(e.n_accepted < e.n_drafted for e in drafted_steps)
+    for i, e in enumerate(verifies):
+        last = i == len(verifies) - 1
+        assert 0 <= e.n_accepted <= e.n_drafted
+        if not e.n_drafted:
+            # a step without a draft: no drafter, the model's own single token
+            assert e.drafted_by is None and e.n_accepted == 0
+            assert [(t.drafted_by, t.draft_pos) for t in e.tokens] == [(None, None)]
+            continue
+        assert e.drafted_by in NGRAM_TYPES
+        # the accepted drafts, in draft order, then the model's own token (the last step's may
+        # be cut at max_tokens)
+        want = [(e.drafted_by, k) for k in range(e.n_accepted)] + [(None, None)]
+        got = [(t.drafted_by, t.draft_pos) for t in e.tokens]
+        assert got == want or (last and got == want[:len(got)] and len(got) >= 1), (i, got, want)
 
 
 # -- the adaptive controller (speculators.controller) never changes the output ------------
