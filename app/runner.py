@@ -626,19 +626,6 @@ class RunnerEngine:
             except StopIteration as stop:
                 return stop.value
 
-    def _request_within(self, timeout: float, make: Callable[[int], rp.Request]) -> Any:
-        """:meth:`_request` to a runner that is up, waiting at most ``timeout`` seconds (then None)."""
-        link = self._link
-        if self.closed or self._gave_up is not None or link is None or not self.alive:
-            return None
-        call = self._open(make, link)
-        try:
-            msg = call.answers.get(timeout=timeout)
-        except queue.Empty:
-            self._give_up(call)
-            return None
-        return msg.value if isinstance(msg, rp.Done) else None
-
     # -- the engine's interface ---------------------------------------------------------------
     def set_spec(self, params: Any, resources: dict | None = None) -> ChainInfo:
         if self._gave_up is not None and params.to_dict() != (self._last_spec.to_dict() if self._last_spec else None):
@@ -804,13 +791,18 @@ class RunnerStore:
         info = self.engine.lookup
         return dict(info.caches) if info is not None else {}
 
-    def close(self, timeout: float | None = None) -> Any:
-        """Save and close the caches in the runner (skipped when it is gone or stays busy)."""
+    def close(self) -> None:
+        """Have the runner save and close the caches, without waiting for it (the UI's thread
+        closes a store when the speculation changes): the runner does it once the request before
+        it ends, and a runner that is gone has nothing to close."""
         eng = self.engine
         eng._store_spec = None
-        with contextlib.suppress(RunnerError, OSError, EOFError):
-            return eng._request_within(eng.CLOSE_S if timeout is None else timeout, lambda rid: rp.CloseStore(rid))
-        return None
+        link = eng._link
+        if eng.closed or link is None or link.gone:
+            return
+        call = eng._open(lambda rid: rp.CloseStore(rid), link)
+        with eng._calls_lock:
+            eng._calls.pop(call.rid, None)        # its answer is not waited for
 
     def build_static(self, files: Sequence[str], progress: Progress | None = None,
                      cancel: Callable[[], bool] | None = None) -> Any:

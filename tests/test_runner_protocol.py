@@ -180,6 +180,11 @@ def test_nothing_the_ui_reads_waits_for_a_runner_stuck_in_native_code(tmp_path, 
     t0 = time.monotonic()
     assert eng.spec is not None and eng.chain is not None and eng.ctx.n_ctx == 1024
     assert time.monotonic() - t0 < 0.05
+    # a store closed by a speculation change (on the UI's thread) is not waited for either
+    from app.runner import RunnerStore
+    t0 = time.monotonic()
+    RunnerStore(eng).close()
+    assert time.monotonic() - t0 < 0.05
     # Esc: the stall cannot be aborted, so after the grace the runner is killed and the reply ends
     t0 = time.monotonic()
     s.stop()
