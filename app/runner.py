@@ -437,14 +437,20 @@ class RunnerEngine:
                     if self._gave_up is not None:
                         self._tell(str(self._gave_up), gave_up=True)
                         return
+                failed: Exception | None = None
                 try:
                     self._start(None)
                     now = "a fresh runner has loaded the model; nothing in the chat was lost"
-                except Exception as e:   # a thread of its own: say it at the next request, never here
+                except Exception as e:   # a thread of its own: said below, and at the next request
+                    failed = e
                     self.last_crash = f"the model runner could not be started again: {describe(e)}"
                     now = f"it could not be started again: {describe(e)}"
             if died is not None:
-                self._tell(f"{died[0]}: {now}{died[1]}")
+                self._tell(f"{died[0]}: {now}{died[1]}", gave_up=isinstance(failed, RunnerGaveUp))
+            elif failed is not None and not self.closed:
+                # the runner being started died as it loaded (nobody waits on a restart): said here
+                self._tell(describe(failed)[:1].upper() + describe(failed)[1:],
+                           gave_up=isinstance(failed, RunnerGaveUp))
         threading.Thread(target=restart, name="draftlight-runner-restart", daemon=True).start()
 
     def _died_between(self, proc: subprocess.Popen) -> tuple[str, str]:

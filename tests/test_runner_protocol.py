@@ -245,3 +245,30 @@ def test_closing_does_not_wait_for_a_runner_being_started_and_leaves_none(defaul
     while not (_gone(first) and _gone(second)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(first) and _gone(second)
+
+
+def test_a_runner_that_dies_while_a_restart_loads_it_is_said(default_model_path):
+    """Nobody waits on a restart in the background: a runner killed while it loads its model
+    (after the one before it died mid-reply) is said (the soak test saw it go unsaid)."""
+    import signal
+    from app.runner import RunnerCrashed
+    told: list[tuple[str, bool]] = []
+    eng = RunnerEngine(ModelOptions(model=str(default_model_path), ctx_size=1024, threads=2), SpecParams())
+    eng.on_idle_death = lambda msg, gave_up: told.append((msg, gave_up))
+    try:
+        prompt = eng.prompt_tokens(text=LONG)
+        with pytest.raises(RunnerCrashed):
+            for ev in eng.generate(prompt, max_tokens=400, sampling=GREEDY):
+                if isinstance(ev, StepEvent) and ev.tokens:
+                    os.kill(eng.pid, signal.SIGSEGV)      # mid-reply: the reply says it
+        deadline = time.monotonic() + 30
+        while eng.starts < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(eng.pid, signal.SIGKILL)              # the fresh one, as it loads
+        while not told:
+            assert time.monotonic() < deadline + 30, "the death of the runner being started was not said"
+            time.sleep(0.05)
+        assert "SIGKILL" in told[0][0], told
+    finally:
+        eng.close()
