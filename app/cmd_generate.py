@@ -63,13 +63,7 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from .cli import CliError
-    if args.no_config:
-        cfg = config_mod.Config()
-    else:
-        loaded = config_mod.load_lenient()
-        cfg = loaded.config
-        if loaded.damaged:
-            print(f"draftlight: warning: {loaded.notice()}", file=sys.stderr)
+    cfg = config_mod.load_for_command(args.no_config)
     text = read_prompt(args)
     # no --spec-type and no types in config.toml: auto
     spec = default_spec(args, cfg.spec, from_file=not args.no_config and spec_types_configured())

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
               + "!" * 72 + "\n", file=sys.stderr, flush=True)
     if args.threads is not None and args.threads <= 0:
         raise CliError(f"invalid number of threads: {args.threads}")
-    _check_port_free(args.host, args.port)
+    check_port_free(args.host, args.port, " (is another rpc-server running?)")
     cache_dir = None
     if args.cache:
         from . import paths
@@ -74,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
     raise CliError(f"the RPC server on {args.host}:{args.port} could not start (above)")
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """Say plainly that the port is taken (ggml would only print that it failed to create the socket)."""
+def check_port_free(host: str, port: int, taken_hint: str = "") -> None:
+    """Say plainly, before anything is loaded, that ``host:port`` cannot be listened on (ggml
+    and aiohttp would say it later and less clearly); port 0 (any free port) always can."""
+    if port == 0:
+        return
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
@@ -86,7 +89,6 @@ def _check_port_free(host: str, port: int) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(addr)
     except OSError as e:
-        raise CliError(f"cannot listen on {host}:{port}: {e.strerror or e} (is another rpc-server running?)") \
-            from None
+        raise CliError(f"cannot listen on {host}:{port}: {e.strerror or e}{taken_hint}") from None
     finally:
         s.close()

@@ -17,7 +17,6 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 
@@ -52,26 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_args(p)
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """Say that the port is taken before the model is loaded, not after."""
-    from .cli import CliError
-    if port == 0:
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        raise CliError(f"cannot listen on {host}: {e.strerror or e}") from None
-    fam, _, _, _, addr = infos[0]
-    s = socket.socket(fam, socket.SOCK_STREAM)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(addr)
-    except OSError as e:
-        raise CliError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    finally:
-        s.close()
-
-
 def run(args: argparse.Namespace) -> int:
     from .cli import CliError
     import importlib.util
@@ -89,17 +68,12 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"invalid port {args.port}")
     if args.n_predict == 0 or args.n_predict < -1:
         raise CliError("--n-predict must be -1 (until the context is full) or at least 1")
-    if args.no_config:
-        cfg = config_mod.Config()
-    else:
-        loaded = config_mod.load_lenient()
-        cfg = loaded.config
-        if loaded.damaged:
-            print(f"draftlight: warning: {loaded.notice()}", file=sys.stderr)
+    cfg = config_mod.load_for_command(args.no_config)
     spec = default_spec(args, cfg.spec, from_file=not args.no_config and spec_types_configured())
     sampling = sampling_from_args(args, cfg.sampling)
     mopts = model_options_from_args(args, cfg.model)
-    _check_port_free(args.host, args.port)
+    from .cmd_rpc import check_port_free
+    check_port_free(args.host, args.port)
 
     try:
         engine = RunnerEngine(mopts, spec, stderr_progress)

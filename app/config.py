@@ -432,3 +432,15 @@ def save(config: Config, path: Path | None = None, *, since: Config | None = Non
         raise ConfigError(f"settings not saved: the change would leave {path} unreadable")
     atomic_write_bytes(target, new.encode("utf-8"))
     return path
+
+
+def load_for_command(no_config: bool) -> "Config":
+    """A headless command's settings: config.toml's (a damaged file is said on stderr and left as it
+    is: the defaults are used), or the defaults alone with ``--no-config``."""
+    import sys
+    if no_config:
+        return Config()
+    loaded = load_lenient()
+    if loaded.damaged:
+        print(f"draftlight: warning: {loaded.notice()}", file=sys.stderr)
+    return loaded.config

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -31,6 +30,9 @@ from app.session import ChatSession
 from app.storage import STREAMING, History, HistoryError
 from app.ui.scripted import ScriptedEngine
 from speculators.params import SpecParams
+
+from .test_session import drain
+from .test_ui_app import until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,22 +85,6 @@ def session(tmp_path: Path, engine: ScriptedEngine) -> tuple[ChatSession, queue.
     s.load()
     drain(s, q, lambda: s.engine is not None)
     return s, q, path
-
-
-def drain(s: ChatSession, q: queue.Queue, until, timeout: float = 10.0) -> list:
-    """Apply events on this (the owner) thread until ``until()``; returns what was applied."""
-    seen = []
-    deadline = time.monotonic() + timeout
-    while not until():
-        try:
-            ev = q.get(timeout=0.02)
-        except queue.Empty:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; events so far: {[type(e).__name__ for e in seen]}")
-            continue
-        s.apply(ev)
-        seen.append(ev)
-    return seen
 
 
 def notices(events: list) -> list[str | None]:
@@ -240,14 +226,6 @@ def make_app(engine: ScriptedEngine, history: History):
     cfg = config_mod.Config()
     cfg.spec = SpecParams.from_types("ngram-mod,ngram-simple")
     return DraftlightApp(cfg, engine_factory=lambda m, sp, p: engine, history=history, persist_config=False)
-
-
-async def until(pilot, cond, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.02)
 
 
 def said(app, text: str) -> list[str]:
