@@ -94,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     app = make_app(args, settings, **kw)
     _quit_on_signals(app)
     code = app.run()
-    return int(code or 0)
+    # an exception that ended the app is exit status 1 (Textual's return_code), not 0
+    return int(code or app.return_code or 0)
 
 
 def make_app(args: argparse.Namespace, settings=None, **kw):

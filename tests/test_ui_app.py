@@ -1090,3 +1090,5 @@ async def test_a_key_typed_after_enter_before_the_message_is_taken_stays_in_the_
         await until(pilot, lambda: app.job is None and len(app._views()) == 2)
         assert app._views()[0].text == "hi"
         assert prompt.text == "x"
+        await pilot.press("y")                          # the cursor is after what was kept
+        assert prompt.text == "xy"

@@ -762,7 +762,8 @@ class DraftlightApp(App[int]):
             if rest:
                 view.add_tokens(rest)
             view.finish_streaming(turn.stats, turn.finish, turn.text)
-        self._set_state("stopped" if ev.result.finish_reason == "cancelled" else "ready")
+        if self.session.job is None:     # (a reply left by Ctrl+N or F2 ends while another is written)
+            self._set_state("stopped" if ev.result.finish_reason == "cancelled" else "ready")
         self._refresh_stats()
         self.refresh_bindings()
 
@@ -770,7 +771,8 @@ class DraftlightApp(App[int]):
         view = self._views_by_key.get(ev.key)
         if view is not None and view.is_attached:
             view.fail(ev.error)
-        self._set_state("error")
+        if self.session.job is None:
+            self._set_state("error")
         self.notify(ev.error, severity="error", timeout=8)
         self.refresh_bindings()
 
@@ -844,6 +846,7 @@ class DraftlightApp(App[int]):
             # what was typed after Enter, before the message was taken, stays in the prompt
             now = prompt.text
             prompt.text = now[len(text):] if now.startswith(text) else ""
+            prompt.move_cursor(prompt.document.end)
         if reply is None:
             self.notify("The model is still loading; your message will be sent when it is ready.", timeout=4)
             return False

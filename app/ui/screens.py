@@ -1126,12 +1126,20 @@ class SettingsScreen(Screen[SettingsResult | None]):
                 w.first().focus()
             return
         result, _ = self.read_form()
-        self.dismiss(result)
+        self._close(result)
 
     def action_cancel(self) -> None:
         if self._building:
             self.post_message(self.CancelBuild())
-        self.dismiss(None)
+        self._close(None)
+
+    def _close(self, result: SettingsResult | None) -> None:
+        """Dismiss once: a second Esc that arrives while the pane is going (a busy UI thread
+        delivers both) must not pop the screen under it."""
+        if getattr(self, "_closing", False) or not self.is_current:
+            return
+        self._closing = True
+        self.dismiss(result)
 
     # -- lookup caches -----------------------------------------------------------------
     def _lookup_text(self) -> str:
