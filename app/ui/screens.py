@@ -1136,9 +1136,9 @@ class SettingsScreen(Screen[SettingsResult | None]):
     def _close(self, result: SettingsResult | None) -> None:
         """Dismiss once: a second Esc that arrives while the pane is going (a busy UI thread
         delivers both) must not pop the screen under it."""
-        if getattr(self, "_closing", False) or not self.is_current:
+        if getattr(self, "_dismissing", False) or not self.is_current:
             return
-        self._closing = True
+        self._dismissing = True       # (not Textual's own _closing)
         self.dismiss(result)
 
     # -- lookup caches -----------------------------------------------------------------
