@@ -379,8 +379,14 @@ def added_servers() -> dict[str, list[str]]:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (a name is matched as DNS matches it: any case).
+
+    >>> [is_loopback(h) for h in ("127.0.0.1", "localhost", "LocalHost", "::1", "[::1]", "127.0.0.2",
+    ...                           "0.0.0.0", "10.0.0.5", "")]
+    [True, True, True, True, True, True, False, False, False]
+    """
     import ipaddress
-    h = host.strip("[]")
+    h = host.strip().strip("[]").lower()
     if h == "localhost":
         return True
     try:

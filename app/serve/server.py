@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import os
 import threading
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from speculators.devices import is_loopback
 from speculators.sampling import SamplingParams
 
 from .errors import ApiError, ServeError
@@ -42,23 +42,8 @@ PUBLIC_PATHS = ("/health", "/v1/health")
 
 
 # ---------------------------------------------------------------------------
-# binding
+# binding (is_loopback: speculators.devices', which rpc-server's check uses too)
 # ---------------------------------------------------------------------------
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine only.
-
-    >>> [is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2", "0.0.0.0", "10.0.0.5", "")]
-    [True, True, True, True, True, False, False, False]
-    """
-    h = host.strip().strip("[]").lower()
-    if h == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False
-
 
 def check_bind(host: str, api_key: str | None) -> list[str]:
     """Refuse an address other than loopback without an API key; the warnings to print where
