@@ -29,19 +29,23 @@ REPEAT = PARA * 3 + "The quick brown fox"
 COPY = [{"role": "user", "content": "Repeat this list exactly: apples, pears, plums, cherries."}]
 
 
-@pytest.fixture(scope="module")
-def served(default_model_path):
-    spec = SpecParams.from_types("ngram-simple")
-    engine = RunnerEngine(ModelOptions(model=str(default_model_path), ctx_size=1024, threads=2), spec)
+def serving(model, spec: SpecParams, n_ctx: int, **kw):
+    """A runner on ``model`` with ``spec``, served on a free loopback port: yields (engine, handle)."""
+    engine = RunnerEngine(ModelOptions(model=str(model), ctx_size=n_ctx, threads=2), spec)
     try:
         engine.set_spec(spec)
-        handle = start_server(engine, "127.0.0.1", 0)
+        handle = start_server(engine, "127.0.0.1", 0, **kw)
         try:
             yield engine, handle
         finally:
             handle.close()
     finally:
         engine.close()
+
+
+@pytest.fixture(scope="module")
+def served(default_model_path):
+    yield from serving(default_model_path, SpecParams.from_types("ngram-simple"), 1024)
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("aiohttp")
 
-from app.options import ModelOptions  # noqa: E402
-from app.runner import RunnerEngine  # noqa: E402
 from app.serve import MAX_BODY_BYTES, ServeError, check_bind, start_server  # noqa: E402
 from speculators.params import SpecParams  # noqa: E402
+
+from .test_serve import serving  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -31,16 +31,7 @@ LONG = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
 
 @pytest.fixture(scope="module")
 def served(default_model_path):
-    engine = RunnerEngine(ModelOptions(model=str(default_model_path), ctx_size=N_CTX, threads=2), SpecParams())
-    try:
-        engine.set_spec(SpecParams())
-        handle = start_server(engine, "127.0.0.1", 0, api_key=KEY)
-        try:
-            yield engine, handle
-        finally:
-            handle.close()
-    finally:
-        engine.close()
+    yield from serving(default_model_path, SpecParams(), N_CTX, api_key=KEY)
 
 
 @pytest.fixture
