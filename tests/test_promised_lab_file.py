@@ -1,5 +1,5 @@
 """``draftlight lab -f FILE``: the chat app, straight into the Lab on that file's text (README,
-*Use*); a file that is not there is one clear line and a non-zero exit, never a traceback.
+*Headless use*); a file that is not there is one clear line and a non-zero exit, never a traceback.
 
 The app needs a terminal: the good case runs the command (``app.cli.main``) with the terminal
 checks answered yes and the app it builds driven by Textual's pilot on the scripted engine; the

@@ -1,4 +1,4 @@
-"""The chat says when synthetic acceptance is on (README, *Use*: "Synthetic acceptance
+"""The chat says when synthetic acceptance is on (README, *Headless use*: "Synthetic acceptance
 (``--spec-synth-*``) is for benchmarking: the output is then marked not valid, and under it
 ``auto`` runs without the adaptive controller (...; ``generate``, ``bench`` and the chat say so)").
 
