@@ -267,12 +267,11 @@ def test_a_toy_type_in_the_settings_tables_and_the_themes(toy):
 
 async def test_the_settings_pane_shows_a_toy_type(toy):
     from textual.widgets import Switch
-    from .test_ui_app import make_app, ready
+    from .test_ui_app import make_app, open_settings, ready
     app, engine = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         switches = [s.id[3:] for s in app.screen.query(Switch)]
         assert switches == ["auto"] + names(PRIORITY) and "ngram-toy" in switches
         assert not app.screen.query_one("#sw-ngram-toy").disabled

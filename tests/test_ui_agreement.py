@@ -13,7 +13,7 @@ from app import config as config_mod
 from app.ui.screens import ctx_in_use
 from app.ui.widgets import Legend, StatsPanel, TopBar, align_offsets
 from speculators.controller import ControllerStats
-from tests.test_ui_app import SCRIPT, make_app, ready, send_and_wait, until
+from tests.test_ui_app import SCRIPT, make_app, open_settings, ready, send_and_wait, until
 
 #: a reply drafted by two of Automatic's types (the scripted chain under auto runs the n-gram types)
 AUTO_SCRIPT = [
@@ -38,8 +38,7 @@ def bar_text(app) -> str:
 async def apply_settings(pilot, app, engine, *, auto: bool, types: tuple[str, ...] = ()) -> None:
     from textual.widgets import Switch
     calls = engine.set_spec_calls
-    await pilot.press("f3")
-    await pilot.pause()
+    await open_settings(pilot, app)
     screen = app.screen
     screen.query_one("#sw-auto", Switch).value = auto
     await pilot.pause()
@@ -58,8 +57,7 @@ async def test_the_settings_text_follows_the_automatic_switch_and_the_manual_typ
     app, engine = make_app(spec="auto")
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         screen = app.screen
         plan = lambda: str(screen.query_one("#auto-plan").render())        # noqa: E731
         status = lambda: str(screen.query_one("#s-status").render())       # noqa: E731
@@ -86,8 +84,7 @@ async def test_a_manual_configuration_opens_with_its_own_types_in_the_text():
     app, engine = make_app(spec="ngram-mod")
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         plan = str(app.screen.query_one("#auto-plan").render())
         assert plan == "Automatic is off: speculation uses ngram-mod (switched on below)"
 
@@ -146,8 +143,7 @@ async def test_the_settings_show_the_context_size_in_use_and_messages_name_it():
     engine.ctx = SimpleNamespace(n_ctx=256)      # what llama.cpp makes of -c 128
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         field = app.screen.query_one("#f-model--ctx_size")
         assert field.value == "256"
         note = lambda: str(field.parent.query_one(".f-note").render())      # noqa: E731

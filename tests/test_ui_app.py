@@ -54,6 +54,13 @@ async def ready(pilot, app) -> None:
     await until(pilot, lambda: app.engine is not None)
 
 
+async def open_settings(pilot, app) -> None:
+    """F3, and wait until the settings pane has mounted all of its groups (it opens with the
+    first and mounts the rest one per turn of the UI loop)."""
+    await pilot.press("f3")
+    await until(pilot, lambda: getattr(app.screen, "ready", False))
+
+
 async def send_and_wait(pilot, app, text: str = "hi") -> MessageView:
     await ready(pilot, app)
     assert app.send(text)
@@ -343,8 +350,7 @@ async def test_settings_validation_messages_and_apply_without_reload():
     app, engine = make_app(spec="ngram-mod")
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         screen = app.screen
         field = screen.query_one("#f-ngram_mod--n_match")
         field.value = "0"
@@ -386,8 +392,7 @@ async def test_settings_lists_every_type_in_priority_order_with_unavailable_ones
     app, engine = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         switches = [s.id[3:] for s in app.screen.query(Switch)]
         assert switches == ["auto"] + [t.value for t in PRIORITY]   # Automatic first
         for name in ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"):
@@ -402,8 +407,7 @@ async def test_changing_the_context_size_reloads_the_model():
     app, engine = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         app.screen.query_one("#f-model--ctx_size").value = "2048"
         await pilot.pause()
         await pilot.press("ctrl+s")
@@ -420,8 +424,7 @@ async def test_rpc_servers_and_devices_are_set_in_the_settings_pane_and_reload_t
     engine.devices = [Device("CPU", "a test CPU", "CPU", 3 << 30, 4 << 30)]
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         shown = str(app.screen.query_one("#devices").render())
         assert "CPU" in shown and "3,072 MiB free of 4,096 MiB" in shown
         app.screen.query_one("#f-model--rpc").value = "gpu-box"
@@ -574,7 +577,7 @@ async def test_the_draft_model_picker_fills_the_field_and_enables_draft_simple(m
     app, engine = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
+        await open_settings(pilot, app)
         picker = app.screen.query_one("#drafts")
         await until(pilot, lambda: picker.display and picker.option_count == 1)
         assert app.screen.query_one("#sw-draft-simple").disabled or \
@@ -748,8 +751,7 @@ async def test_settings_offer_automatic_first_and_say_what_it_picked():
     app, engine = make_app(spec="auto")
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot, app)
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         screen = app.screen
         assert screen.query_one("#sw-auto", Switch).value is True
         assert all(sw.disabled for sw in screen.query(Switch) if sw.id != "sw-auto")
@@ -839,8 +841,7 @@ async def test_where_the_model_takes_every_core_a_costly_paint_paints_less_often
         # painted as they come again
         from types import SimpleNamespace
         engine.ctx = SimpleNamespace(n_threads=usable_cores() - 1) if usable_cores() > 1 else None
-        await pilot.press("f3")
-        await pilot.pause()
+        await open_settings(pilot, app)
         app.screen.query_one("#f-model--ctx_size").value = "2048"
         await pilot.pause()
         await pilot.press("ctrl+s")

@@ -13,6 +13,7 @@ from app.ui.app import DraftlightApp
 from app.ui.scripted import ScriptedEngine
 from app.ui.widgets import PromptInput
 from speculators.params import SpecParams
+from tests.test_ui_app import open_settings
 
 SCRIPT = [
     (None, ["Speculative"]),
@@ -69,8 +70,7 @@ def test_settings_pane(snap_compare):
         app = pilot.app
         await _wait(pilot, lambda: app.engine is not None)
         app.query_one(PromptInput).cursor_blink = False
-        await pilot.press("f3")
-        await pilot.pause(0.1)
+        await open_settings(pilot, app)
         field = app.screen.query_one("#f-ngram_mod--n_max")
         field.value = "2000"
         field.cursor_blink = False

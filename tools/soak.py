@@ -107,10 +107,6 @@ from tests.test_ui_e2e_tmux import Tmux, draftlight_command  # noqa: E402  (the 
 
 #: a key must paint within this (seconds)
 FREEZE_S = 1.0
-#: the settings pane (F3) lays out a hundred-odd widgets on the UI thread when it opens and closes:
-#: 0.3-0.6 s on two quiet cores, 1-2 s beside a model that takes both. Held to this instead, and
-#: counted apart in the figures (issue 49's bar is 1 s: not met by this pane under load)
-SETTINGS_PAINT_S = 3.0
 #: a UI that has not painted a key for this long is hung: killed and started again (long: a UI
 #: that waits for a runner loading the model again waits that long, on a busy machine 20 s and more)
 GIVE_UP_S = 60.0
@@ -383,7 +379,8 @@ class Result:
     faults_log: list[FaultRecord]
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)   # the 1-min load average: first, mean, highest
     slowest_quit: float = 0.0
-    #: the settings pane's paints (held to SETTINGS_PAINT_S): the slowest, and how many took over FREEZE_S
+    #: the settings pane's paints (held to FREEZE_S as every key; told apart in the figures, the pane
+    #: being the UI's largest): the slowest, and how many took over FREEZE_S
     settings_worst: float = 0.0
     settings_over: int = 0
     settings_n: int = 0
@@ -404,7 +401,7 @@ class Result:
             f"  worst key-to-paint lag {self.worst_lag:.3f} s ({self.worst_lag_at}); "
             f"median {self.lag_p50 * 1000:.0f} ms, p95 {self.lag_p95 * 1000:.0f} ms over {self.n_lags} keys",
             f"  the settings pane (F3) opening or closing: slowest {self.settings_worst:.3f} s, "
-            f"{self.settings_over} of {self.settings_n} over {FREEZE_S:.0f} s (held to {SETTINGS_PAINT_S:.0f} s)",
+            f"{self.settings_over} of {self.settings_n} over {FREEZE_S:.0f} s",
             f"  app starts {self.app_starts}, runners started {self.runner_starts}; the slowest Ctrl+Q took "
             f"{self.slowest_quit:.1f} s to exit",
             f"  machine load (1-min average) {self.load[0]:.1f} at the start, {self.load[1]:.1f} on average, "
@@ -569,7 +566,7 @@ class Soak:
     def timed(self, what: str, send: Callable[[], None], pred: Callable[[str], bool],
               give_up: float = GIVE_UP_S, abort: Callable[[str], bool] | None = None,
               quiet: bool = False, count: bool = True, idle_after: float | None = None,
-              limit: float = FREEZE_S) -> bool | str | None:
+              limit: float = FREEZE_S, settings: bool = False) -> bool | str | None:
         """Press a key and wait for what it paints: its lag counts; over FREEZE_S is a failure.
         False: nothing painted in ``give_up`` s (or the app ended); None: ``abort`` said the screen
         went elsewhere (a dialog an earlier key asked for came up late: this key went to it);
@@ -584,8 +581,9 @@ class Soak:
             el = time.monotonic() - t0
             if pred(s):
                 if count:
-                    # the settings pane's paints are counted apart (SETTINGS_PAINT_S)
-                    (self.lags if limit <= FREEZE_S else self.settings_lags).append((el, f"{what} at step {self.step_i}"))
+                    self.lags.append((el, f"{what} at step {self.step_i}"))
+                    if settings:     # the settings pane's paints, told apart in the figures as well
+                        self.settings_lags.append(self.lags[-1])
                 if count and el > limit:
                     self.fail("freeze", f"{what}: {el:.2f} s from the key to its paint", stack, s,
                               what=re.sub(r"\s*\(.*", "", what))
@@ -1105,7 +1103,7 @@ class Soak:
         that says why, as the app answers a key it does not take now)."""
         got = self.timed(what, lambda: self.key(key),
                          lambda s: where(s) == screen or (refused is not None and refused in s), quiet=True,
-                         limit=SETTINGS_PAINT_S if screen == "settings" else FREEZE_S)
+                         settings=screen == "settings")
         if got and where(self.scr()) == screen:
             return True
         if got:
@@ -1119,8 +1117,8 @@ class Soak:
         return False
 
     def _close(self, what: str = "Esc (close)") -> None:
-        limit = SETTINGS_PAINT_S if where(self.scr()) == "settings" else FREEZE_S
-        self.timed(what, lambda: self.key("Escape"), lambda s: where(s) in ("main", "exited"), limit=limit)
+        self.timed(what, lambda: self.key("Escape"), lambda s: where(s) in ("main", "exited"),
+                   settings=where(self.scr()) == "settings")
 
     def act_f2_resume(self, p: dict) -> None:
         if not self._open("F2", "chats", "F2"):

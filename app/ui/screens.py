@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -17,13 +17,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen, Screen
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, OptionList, ProgressBar, Static, Switch, TextArea
 from textual.widgets.option_list import Option
 
 from speculators.params import ParamError, SpecParams
 from speculators.sampling import SamplingParams
 from speculators.descriptor import Have, descriptors
-from speculators.types import HIDDEN_STATE_TYPES, PRIORITY, LiveMapping, SpecType
+from speculators.types import PRIORITY, LiveMapping, SpecType
 
 from ..config import default_sampling
 from ..options import ModelOptions
@@ -790,6 +791,11 @@ class SettingsScreen(Screen[SettingsResult | None]):
         self.errors: dict[str, str] = {}
         self.reasons: dict[str, str | None] = {}
         self._revalidate_pending = False
+        self._ready = False
+        self._dismissing = False
+        #: Ctrl+S pressed before the form was all mounted: applied once it is
+        self._apply_when_ready = False
+        self._to_mount: Iterator[list[Widget]] = iter(())
 
     # -- building ------------------------------------------------------------------
     def _value(self, key: str, kind: str) -> str:
@@ -804,80 +810,105 @@ class SettingsScreen(Screen[SettingsResult | None]):
             return str(self.max_tokens)
         return _fmt(_get(self.spec, key), kind)
 
+    # The pane holds some two hundred widgets, and Textual lays a widget out in a few
+    # milliseconds: composed at once, they would hold the UI thread for a second or two on a busy
+    # machine. So the pane opens with its frame and the first group (Automatic and the first
+    # type), and mounts the rest one group per turn of the UI loop (``_mount_next``): a key
+    # pressed meanwhile is answered between two groups. Until the last group is in, the form is
+    # not read (``ready`` is False): the status line says "opening…", Apply waits for it.
+
     def compose(self) -> ComposeResult:
         self.reasons = availability(self.engine, self.spec.draft.model)
-        enabled = {t.value for t in self.spec.types}
+        self._to_mount = self._groups()
         yield Static("Settings", classes="s-title")
-        with VerticalScroll(id="s-scroll"):
-            yield Static("Speculation", classes="s-section")
-            auto_on = self.spec.is_auto
-            with Horizontal(classes="type-row", id="row-auto"):
-                yield Switch(value=auto_on, id="sw-auto")
-                yield Label("Automatic", classes="t-name")
-                yield Static("draftlight picks the types this model can use and drafts only where it is "
-                             "expected to pay (recommended)", classes="t-desc")
-            yield Static(self._auto_text(), classes="s-note", id="auto-plan")
-            yield Static("Or choose by hand (Automatic off). Types are asked in this order; the first one with a "
-                         "draft wins.", classes="s-note")
-            for t in PRIORITY:
-                reason = self.reasons.get(t.value)
-                with Horizontal(classes="type-row" + (" -unavailable" if reason else ""), id=f"row-{t.value}"):
-                    yield Switch(value=t.value in enabled and reason is None,
-                                 disabled=reason is not None or auto_on, id=f"sw-{t.value}")
-                    yield Label(t.value, classes="t-name")
-                    yield Static(reason or SPEC_INFO.get(t, ""), classes="t-desc", id=f"desc-{t.value}")
-                fields = SPEC_FIELDS.get(t, [])
-                if fields:
-                    with Vertical(classes="type-params" + ("" if t.value in enabled else " -off"),
-                                  id=f"params-{t.value}"):
-                        for key, label, kind in fields:
-                            yield FieldRow(key, label, kind, self._value(key, kind))
-                        if t is SpecType.DRAFT_SIMPLE:
-                            yield OptionList(id="drafts")
-                elif t in HIDDEN_STATE_TYPES:
-                    pass
-            yield Static("Sampling", classes="s-section")
-            for key, label, kind in SAMPLING_FIELDS:
-                yield FieldRow(key, label, kind, self._value(key, kind))
-            yield Static("Model", classes="s-section")
-            yield Static("Changing these reloads the model; speculation and sampling do not.",
-                         classes="s-note")
-            for key, label, kind in MODEL_FIELDS:
-                yield FieldRow(key, label, kind, self._value(key, kind),
-                               hint=ctx_hint(self.model_opts.ctx_size, self.n_ctx)
-                               if key == "model.ctx_size" else None)
-            yield Static(devices_text(getattr(self.engine, "devices", None)), classes="s-note", id="devices")
-            yield Static("When the conversation outgrows the context", classes="s-section")
-            yield OptionList(*[Option(label, id=f"ov-{name}") for name, label in OVERFLOW_CHOICES],
-                             id="overflow")
-            yield Static("Lookup caches (ngram-cache)", classes="s-section")
-            yield Static(self._lookup_text(), classes="s-note", id="lookup-info")
-            with Horizontal(classes="lookup-actions"):
-                yield Button("Build static cache from saved chats", id="lc-chats", compact=True)
-                yield Button("…from files", id="lc-files", compact=True)
-                yield Button("Stop building", id="lc-cancel", compact=True, disabled=True)
-            yield Input(placeholder="files to learn from, separated by ;  then press Enter", id="lc-paths")
-            yield ProgressBar(total=None, show_eta=False, id="lc-progress")
+        yield VerticalScroll(*next(self._to_mount), id="s-scroll")
         with Vertical(classes="s-bottom"):
             with Horizontal():
-                yield Static("", id="s-status")
+                yield Static("opening…", id="s-status")
                 yield Button("Cancel", id="s-cancel", compact=True)
-                yield Button("Apply  ^S", variant="primary", id="s-apply", compact=True)
+                yield Button("Apply  ^S", variant="primary", id="s-apply", compact=True, disabled=True)
+
+    def _groups(self) -> Iterator[list[Widget]]:
+        """The scroll's widgets in the order they show, one list per group mounted at once (each
+        built when it is mounted: a switch reads the form as it is then)."""
+        yield [Static("Speculation", classes="s-section"),
+               Horizontal(Switch(value=self.spec.is_auto, id="sw-auto"),
+                          Label("Automatic", classes="t-name"),
+                          Static("draftlight picks the types this model can use and drafts only where it "
+                                 "is expected to pay (recommended)", classes="t-desc"),
+                          classes="type-row", id="row-auto"),
+               Static(self._auto_text(), classes="s-note", id="auto-plan"),
+               Static("Or choose by hand (Automatic off). Types are asked in this order; the first one "
+                      "with a draft wins.", classes="s-note")]
+        for t in PRIORITY:
+            yield self._type_group(t)
+        yield [Static("Sampling", classes="s-section"),
+               *(FieldRow(key, label, kind, self._value(key, kind)) for key, label, kind in SAMPLING_FIELDS)]
+        yield [Static("Model", classes="s-section"),
+               Static("Changing these reloads the model; speculation and sampling do not.", classes="s-note"),
+               *(FieldRow(key, label, kind, self._value(key, kind),
+                          hint=ctx_hint(self.model_opts.ctx_size, self.n_ctx) if key == "model.ctx_size" else None)
+                 for key, label, kind in MODEL_FIELDS),
+               Static(devices_text(getattr(self.engine, "devices", None)), classes="s-note", id="devices")]
+        yield self._overflow_and_lookup_group()
+
+    def _type_group(self, t: SpecType) -> list[Widget]:
+        """One speculation type's row (its switch, name and what it does, or why it cannot be
+        used) and its parameters."""
+        reason = self.reasons.get(t.value)
+        on = t.value in self._form_types()
+        row = Horizontal(Switch(value=on and reason is None, disabled=reason is not None or self._form_auto(),
+                                id=f"sw-{t.value}"),
+                         Label(t.value, classes="t-name"),
+                         Static(reason or SPEC_INFO.get(t, ""), classes="t-desc", id=f"desc-{t.value}"),
+                         classes="type-row" + (" -unavailable" if reason else ""), id=f"row-{t.value}")
+        fields = SPEC_FIELDS.get(t, [])
+        if not fields:
+            return [row]
+        params: list[Widget] = [FieldRow(key, label, kind, self._value(key, kind)) for key, label, kind in fields]
+        if t is SpecType.DRAFT_SIMPLE:
+            params.append(OptionList(id="drafts"))
+        return [row, Vertical(*params, classes="type-params" + ("" if on else " -off"), id=f"params-{t.value}")]
+
+    def _overflow_and_lookup_group(self) -> list[Widget]:
+        overflow = OptionList(*[Option(label, id=f"ov-{name}") for name, label in OVERFLOW_CHOICES], id="overflow")
+        names = [n for n, _ in OVERFLOW_CHOICES]
+        overflow.highlighted = names.index(self.overflow) if self.overflow in names else 0
+        paths = Input(placeholder="files to learn from, separated by ;  then press Enter", id="lc-paths")
+        progress = ProgressBar(total=None, show_eta=False, id="lc-progress")
+        paths.display = progress.display = False
+        return [Static("When the conversation outgrows the context", classes="s-section"), overflow,
+                Static("Lookup caches (ngram-cache)", classes="s-section"),
+                Static(self._lookup_text(), classes="s-note", id="lookup-info"),
+                Horizontal(Button("Build static cache from saved chats", id="lc-chats", compact=True,
+                                  disabled=not self.lookup),
+                           Button("…from files", id="lc-files", compact=True, disabled=not self.lookup),
+                           Button("Stop building", id="lc-cancel", compact=True, disabled=True),
+                           classes="lookup-actions"),
+                paths, progress]
+
+    @property
+    def ready(self) -> bool:
+        """Whether every group of the form is mounted (and the form can be read)."""
+        return self._ready
 
     def on_mount(self) -> None:
-        ol = self.query_one("#overflow", OptionList)
-        names = [n for n, _ in OVERFLOW_CHOICES]
-        ol.highlighted = names.index(self.overflow) if self.overflow in names else 0
-        self.query_one("#lc-paths", Input).display = False
-        self.query_one("#lc-progress", ProgressBar).display = False
-        if not self.lookup:
-            for bid in ("#lc-chats", "#lc-files"):
-                self.query_one(bid, Button).disabled = True
+        self.query_one("#sw-auto", Switch).focus()
+        self.call_later(self._mount_next)
+
+    async def _mount_next(self) -> None:
+        if self._ready or self._dismissing:
+            return
+        group = next(self._to_mount, None)
+        if group is not None:
+            await self.query_one("#s-scroll", VerticalScroll).mount_all(group)
+            self.call_later(self._mount_next)
+            return
+        self._ready = True
         self._revalidate()
-        first = next((sw for sw in self.query(Switch) if not sw.disabled), None)
-        if first is not None:
-            first.focus()
         self._offer_drafts()
+        if self._apply_when_ready:
+            self.action_apply()
 
     @work(thread=True, exclusive=True, group="drafts", exit_on_error=False)
     def _offer_drafts(self) -> None:
@@ -963,6 +994,10 @@ class SettingsScreen(Screen[SettingsResult | None]):
         return SettingsResult(spec, sampling, model, max_tokens, overflow), errors
 
     def _revalidate(self) -> bool:
+        """Check the form and say what is wrong beside each field (False: something is, or the
+        form is still being mounted)."""
+        if not self._ready:
+            return False
         result, errors = self.read_form()
         self.errors = errors
         for row in self.query(FieldRow):
@@ -1007,15 +1042,17 @@ class SettingsScreen(Screen[SettingsResult | None]):
 
     def _update_draft_availability(self, draft_model: str) -> None:
         self.reasons = availability(self.engine, draft_model or None)
-        for t in PRIORITY:
+        auto = self._form_auto()
+        for t in PRIORITY:       # the types' rows mounted so far (the rest read self.reasons)
             reason = self.reasons.get(t.value)
-            row = self.query_one(f"#row-{t.value}", Horizontal)
-            sw = self.query_one(f"#sw-{t.value}", Switch)
-            row.set_class(reason is not None, "-unavailable")
-            sw.disabled = reason is not None or self.query_one("#sw-auto", Switch).value
-            if reason is not None:
-                sw.value = False
-            self.query_one(f"#desc-{t.value}", Static).update(reason or SPEC_INFO.get(t, ""))
+            for row in self.query(f"#row-{t.value}").results(Horizontal):
+                row.set_class(reason is not None, "-unavailable")
+            for sw in self.query(f"#sw-{t.value}").results(Switch):
+                sw.disabled = reason is not None or auto
+                if reason is not None:
+                    sw.value = False
+            for desc in self.query(f"#desc-{t.value}").results(Static):
+                desc.update(reason or SPEC_INFO.get(t, ""))
         self.spec.draft.model = draft_model or None
         self._refresh_auto_text()
 
@@ -1072,8 +1109,8 @@ class SettingsScreen(Screen[SettingsResult | None]):
     def _auto_switched(self, event: Switch.Changed) -> None:
         event.stop()
         for t in PRIORITY:
-            sw = self.query_one(f"#sw-{t.value}", Switch)
-            sw.disabled = event.value or self.reasons.get(t.value) is not None
+            for sw in self.query(f"#sw-{t.value}").results(Switch):
+                sw.disabled = event.value or self.reasons.get(t.value) is not None
         self._refresh_auto_text()
         self._schedule_revalidate()
 
@@ -1118,6 +1155,9 @@ class SettingsScreen(Screen[SettingsResult | None]):
             self.action_cancel()
 
     def action_apply(self) -> None:
+        if not self._ready:
+            self._apply_when_ready = True
+            return
         if not self._revalidate():
             self.app.bell()
             bad = next(iter(self.errors))
@@ -1136,7 +1176,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
     def _close(self, result: SettingsResult | None) -> None:
         """Dismiss once: a second Esc that arrives while the pane is going (a busy UI thread
         delivers both) must not pop the screen under it."""
-        if getattr(self, "_dismissing", False) or not self.is_current:
+        if self._dismissing or not self.is_current:
             return
         self._dismissing = True       # (not Textual's own _closing)
         self.dismiss(result)
