@@ -7,8 +7,10 @@ a crash of native code costs the request in progress, not the server.
 
 It listens on 127.0.0.1:8080 (llama-server's defaults); any other address needs
 ``--api-key`` (or ``DRAFTLIGHT_API_KEY``). With ``ngram-cache`` the model's lookup caches
-are read, not taught: what one client sends never drafts for another through them (as
-llama-server, which reads ``-lcs``/``-lcd`` only).
+are read, and taught only with ``--lookup-learn``: then the dynamic cache learns each finished
+conversation, as the chat's learns its replies (saved after each), so what one client sent
+drafts for the next; without it, as llama-server (which reads ``-lcs``/``-lcd`` only), what one
+client sends never drafts for another through them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-config", action="store_true", help="ignore config.toml")
     p.add_argument("--no-lookup-store", action="store_true", dest="no_lookup_store",
                    help="with ngram-cache, do not read the model's lookup caches in the user data dir")
+    p.add_argument("--lookup-learn", action="store_true", dest="lookup_learn",
+                   help="with ngram-cache, the dynamic lookup cache learns each served conversation (saved "
+                        "after each; what one client sends then drafts for the others)")
     add_model_args(p)
     add_sampling_args(p)
     add_spec_args(p)
@@ -72,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
     spec = default_spec(args, cfg.spec, from_file=not args.no_config and spec_types_configured())
     sampling = sampling_from_args(args, cfg.sampling)
     mopts = model_options_from_args(args, cfg.model)
+    if args.lookup_learn and (args.no_lookup_store or not uses_type(spec, SpecType.NGRAM_CACHE)):
+        raise CliError("--lookup-learn teaches ngram-cache's lookup caches: it needs ngram-cache (or auto) "
+                       "in --spec-type, without --no-lookup-store")
     from .cmd_rpc import check_port_free
     check_port_free(args.host, args.port)
 
@@ -88,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
             for w in store_warnings:
                 print(f"draftlight: warning: {w}", file=sys.stderr)
             resources = store.resources() if store is not None else None
+            if args.lookup_learn and store is None:
+                print("draftlight: warning: --lookup-learn: the lookup caches could not be opened; "
+                      "served conversations are not learned", file=sys.stderr)
         engine.set_spec(spec, resources=resources)
         for w in engine.load_warnings:
             print(f"draftlight: warning: {w}", file=sys.stderr)
@@ -101,12 +112,14 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("draftlight.serve").setLevel(logging.INFO)
         try:
             handle = start_server(engine, args.host, args.port, api_key=api_key, model_id=args.alias,
-                                  sampling=sampling, max_tokens=None if args.n_predict == -1 else args.n_predict)
+                                  sampling=sampling, max_tokens=None if args.n_predict == -1 else args.n_predict,
+                                  learn=_learner(store) if args.lookup_learn and store is not None else None)
         except ServeError as e:
             raise CliError(str(e)) from None
         names = ", ".join(s.name for s in engine.chain.speculators) or "none"
         print(f"draftlight: serving {engine.model.path} as {handle.model_id} on "
-              f"{handle.url} (OpenAI's API under {handle.url}/v1; speculation: {names}); Ctrl+C stops",
+              f"{handle.url} (OpenAI's API under {handle.url}/v1; speculation: {names}"
+              f"{'; the lookup caches learn what is served' if handle.worker.learn else ''}); Ctrl+C stops",
               file=sys.stderr, flush=True)
         stop = threading.Event()
 
@@ -131,3 +144,11 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
     return 0
 
+
+def _learner(store):
+    """Teach ``store`` (a :class:`~app.runner_store.RunnerStore`) a conversation's tokens and save
+    the caches where it learned something (as the chat does after each reply)."""
+    def learn(tokens: list[int]) -> None:
+        if store.learn(tokens):
+            store.save()
+    return learn

@@ -123,11 +123,12 @@ def _check_local(request: web.Request) -> None:
 
 def make_app(engine: Any, *, model_id: str, api_key: str | None, loopback: bool,
              sampling: SamplingParams | None = None, max_tokens: int | None = None,
-             max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+             max_body_bytes: int = MAX_BODY_BYTES,
+             learn: Callable[[list[int]], Any] | None = None) -> web.Application:
     app = web.Application(middlewares=[_guard], client_max_size=max_body_bytes)
     app[SETTINGS] = Settings(engine, model_id, api_key, loopback, sampling or SamplingParams(), max_tokens,
                              max_body_bytes)
-    app[WORKER] = EngineWorker(engine)
+    app[WORKER] = EngineWorker(engine, learn=learn)
     r = app.router
     for path in PUBLIC_PATHS:
         r.add_get(path, health)
@@ -213,11 +214,13 @@ class ServerHandle:
 
 def start_server(engine: Any, host: str = "127.0.0.1", port: int = 8080, *, api_key: str | None = None,
                  model_id: str | None = None, sampling: SamplingParams | None = None,
-                 max_tokens: int | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> ServerHandle:
+                 max_tokens: int | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+                 learn: Callable[[list[int]], Any] | None = None) -> ServerHandle:
     """Serve ``engine`` (a :class:`~app.runner.RunnerEngine`, loaded, its speculation set) on
     ``host:port`` (0: a free port, :attr:`ServerHandle.port` says which) from a thread of its
     own; returns once it listens. ``sampling``: the defaults a request's fields override;
     ``max_tokens``: a reply's limit where a request sets none (None: until the context is full).
+    ``learn``: teaches the lookup caches each finished conversation (:class:`EngineWorker`).
 
     Raises :class:`ServeError` for an address other than loopback without ``api_key``, or one
     it cannot listen on.
@@ -225,7 +228,7 @@ def start_server(engine: Any, host: str = "127.0.0.1", port: int = 8080, *, api_
     warnings = check_bind(host, api_key)
     app = make_app(engine, model_id=model_id or default_model_id(engine), api_key=api_key,
                    loopback=is_loopback(host), sampling=sampling, max_tokens=max_tokens,
-                   max_body_bytes=max_body_bytes)
+                   max_body_bytes=max_body_bytes, learn=learn)
     handle = ServerHandle(host, port, app, warnings)
     ready = threading.Event()
     failed: list[BaseException] = []

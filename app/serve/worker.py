@@ -9,6 +9,12 @@ queues them on its one slot. A request holds the lock from reading its prompt to
 end of its reply, and gives it back only once the worker thread has left the engine,
 so the next request never waits behind the tail of a stopped one.
 
+With a ``learn`` callable (``draftlight serve --lookup-learn``: the ngram-cache's dynamic cache
+learns from served conversations, as the chat's does from its replies), each generation that
+ends with a result hands it the prompt and the reply's tokens, in the worker thread once the
+reply has been given to the request and before the lock is given back (the cache is never
+taught while a generation drafts from it).
+
 A generation is stopped through its ``cancel`` event (the engine's ``cancel``
 callable): set when the client goes away, or when the server stops reading the
 events (an error on its side); the engine stops at its next step (the runner
@@ -23,10 +29,15 @@ import collections
 import contextlib
 import functools
 import threading
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from speculators.events import FinishEvent
+
+log = logging.getLogger("draftlight.serve")
 
 _EVENT, _ERROR, _END = "event", "error", "end"
 
@@ -71,13 +82,18 @@ class Generation:
         prompt = list(prompt)
 
         def work() -> None:
+            result = None
             try:
                 for ev in engine.generate(prompt, cancel=cancel.is_set, **kw):
+                    if isinstance(ev, FinishEvent):
+                        result = ev.result
                     self._put((_EVENT, ev))
             except BaseException as e:     # every failure reaches the request (a crash: RunnerCrashed)
                 self._put((_ERROR, e))
-            else:
-                self._put((_END, None))
+                return
+            self._put((_END, None))
+            if worker.learn is not None and result is not None and result.tokens:
+                worker.learn_from(prompt + list(result.tokens))
 
         self._future = self._loop.run_in_executor(worker.executor, work)
 
@@ -107,8 +123,14 @@ class Generation:
 class EngineWorker:
     """The engine's thread and the lock that queues the requests (see the module docstring)."""
 
-    def __init__(self, engine: Any, keep: int = 100):
+    def __init__(self, engine: Any, keep: int = 100, learn: Callable[[list[int]], Any] | None = None):
         self.engine = engine
+        #: teaches the lookup caches a finished conversation (None: they are only read)
+        self.learn = learn
+        #: what learning failed with last (the server goes on serving without it)
+        self.learn_error: str | None = None
+        #: conversations learned
+        self.learned = 0
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftlight-serve-engine")
         self._lock: asyncio.Lock | None = None
         #: the last requests' records, oldest first
@@ -132,6 +154,18 @@ class EngineWorker:
 
     def generate(self, prompt: Sequence[int], cancel: threading.Event, **kw: Any) -> Generation:
         return Generation(self, prompt, cancel, **kw)
+
+    def learn_from(self, tokens: list[int]) -> None:
+        """Teach the caches ``tokens`` (in the worker thread); a failure is logged, not raised:
+        the reply was given already, and serving goes on without learning."""
+        assert self.learn is not None
+        try:
+            self.learn(tokens)
+            self.learned += 1
+        except Exception as e:
+            from ..errors import describe
+            self.learn_error = describe(e)
+            log.warning("the lookup caches could not learn the last conversation: %s", self.learn_error)
 
     def record(self, rec: Record) -> None:
         self.finished.append(rec)
