@@ -50,6 +50,9 @@ async def _chat(pilot) -> None:
     app.query_one(PromptInput).cursor_blink = False
     app.send("What is speculative decoding?")
     await _wait(pilot, lambda: app.job is None)
+    # a reply's start turns the cursor's blinking back on: stopped again once it has ended, the
+    # cursor shows (as the stored image has it) however long the reply took
+    app.query_one(PromptInput).cursor_blink = False
     await pilot.pause(0.1)
 
 
