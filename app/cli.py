@@ -13,6 +13,7 @@ import signal
 import sys
 
 from . import __version__
+from .errors import UserError, expected_errors
 
 #: name -> (module, help). ``chat`` is what runs without a subcommand.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -29,29 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class CliError(Exception):
+class CliError(UserError):
     """An expected failure: printed as one line, exit status 1."""
-
-
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    from speculators.engine import GenerationError
-    from speculators.llama import ModelError
-    from speculators.params import ParamError
-    from speculators.template import ChatTemplateError
-    from speculators.types import UnknownSpecType
-    from speculators.chain import Unavailable
-    from speculators.devices import DeviceError
-
-    from .models import DefaultModelError
-    errs: list[type[BaseException]] = [CliError, GenerationError, ModelError, ParamError, ChatTemplateError,
-                                       UnknownSpecType, DefaultModelError, Unavailable, FileNotFoundError,
-                                       IsADirectoryError, PermissionError, DeviceError]
-    try:
-        from speculators.ngram_cache import CorruptCacheError
-        errs.append(CorruptCacheError)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(errs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("draftlight: interrupted", file=sys.stderr)
         return 130
-    except _expected_errors() as e:
+    except expected_errors() as e:
         msg = str(e) or e.__class__.__name__
         if isinstance(e, FileNotFoundError) and e.filename:
             msg = f"file not found: {e.filename}"

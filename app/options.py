@@ -1,5 +1,9 @@
 """Command-line flags shared by every command, with llama.cpp's names.
 
+Each speculator type's own flags come from its descriptor (its parameters,
+declared once); a flag's value is read by its kind
+(:data:`speculators.param_kinds.KINDS`), as a settings field's is.
+
 Flags default to None so that a value given on the command line can win
 over ``config.toml`` while unset flags leave the config alone.
 """
@@ -8,25 +12,33 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from speculators.params import SpecParams
 from speculators.sampling import SamplingParams
 from speculators.descriptor import descriptors, find
+from speculators.param_kinds import FLOAT, INT, KINDS, NGL, Kind
 from speculators.types import ALL_TYPES, LiveMapping, all_types_str, parse_types
 
 
-def _int(v: str) -> int:
-    try:
-        return int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {v!r}") from None
+def _flag_reader(kind: Kind) -> Callable[[str], Any] | None:
+    """argparse's ``type`` for a flag of ``kind`` (None: the value as given); a value the kind
+    cannot read is refused with what was expected and what was given."""
+    if not kind.reads_flag:
+        return None
+
+    def read(v: str) -> Any:
+        try:
+            return kind.from_flag(v)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{e}, got {v!r}") from None
+    read.__name__ = kind.name
+    return read
 
 
-def _float(v: str) -> float:
-    try:
-        return float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {v!r}") from None
+_int = _flag_reader(INT)
+_float = _flag_reader(FLOAT)
+_ngl = _flag_reader(NGL)
 
 
 def _floats(v: str) -> list[float]:
@@ -34,12 +46,6 @@ def _floats(v: str) -> list[float]:
         return [float(x) for x in v.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {v!r}") from None
-
-
-def _ngl(v: str) -> int:
-    if v in ("all", "auto"):
-        return -1 if v == "auto" else 999
-    return _int(v)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -111,16 +117,12 @@ def add_spec_args(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
     for t in ALL_TYPES:
         d = find(t)
         for flag in (d.flags if d is not None else ()):
-            g.add_argument(*flag.names, type=_FLAG_KINDS[flag.kind], dest=flag.dest, metavar=flag.metavar,
-                           help=flag.help)
+            g.add_argument(*flag.names, type=_flag_reader(KINDS[flag.kind]), dest=flag.dest,
+                           metavar=flag.metavar, help=flag.help)
     g.add_argument("--spec-synth-len", type=_float, dest="spec_synth_len", metavar="L",
                    help="synthetic mean acceptance length (benchmarking only)")
     g.add_argument("--spec-synth-rates", type=_floats, dest="spec_synth_rates", metavar="P0,P1,...",
                    help="synthetic per-position acceptance rates (benchmarking only)")
-
-
-#: how a flag's value is read, by its descriptor's kind (None: as given)
-_FLAG_KINDS = {"int": _int, "float": _float, "ngl": _ngl, "str": None}
 
 
 def spec_flag_map() -> dict[str, tuple[str, str]]:

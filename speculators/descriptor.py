@@ -3,18 +3,22 @@
 A :class:`SpecDescriptor` says everything the rest of draftlight needs to
 know about a type: its name and priority rank, its kind, its parameters
 (the :class:`~speculators.params.SpecParams` section and its draft length),
-its command-line flags and settings-pane fields, its one-line description,
+its parameters (each a :class:`~speculators.param_kinds.Param`, declared
+once: its command-line flag and its settings-pane field derive from it, its
+default from the section's dataclass), its one-line description,
 what it needs (and what to say when that is missing), what it needs the
 target to load, and its theme colour slot. Each implementation module
 (``speculators/ngram_*.py``, ``speculators/draft_*.py``) declares its
 types with :func:`declare` and registers their factories with
 :func:`speculators.chain.register`; these modules are imported on first
-need (:func:`ensure_loaded`), never when :mod:`speculators.types` is.
+need (:func:`ensure_loaded`), never when :mod:`speculators.types` is. The
+declarations are kept by :mod:`speculators.registry`, which this module and
+:mod:`speculators.types` read (one way: the registry imports neither).
 
 Derived from the declarations (live: a type declared later shows in them):
 the priority order and the kind sets (:mod:`speculators.types`), the CLI
 flag map (:mod:`app.options`), the settings pane's tables and availability
-(:mod:`app.ui.screens`), Automatic's plan (:mod:`speculators.auto`), the
+(:mod:`app.settings_form`, :mod:`app.model_files`), Automatic's plan (:mod:`speculators.auto`), the
 draft length (:meth:`SpecParams.n_max_configured`) and the theme's colour
 lookup (:mod:`themes`).
 
@@ -25,49 +29,28 @@ Adding a type is one new module plus a colour in the theme files (see
 from __future__ import annotations
 
 import contextlib
-import importlib
-import pkgutil
+import dataclasses
 import re
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator
 
-from .types import _BUILTIN, _INTERNED, _SPECIAL, SpecType, attr_name
+from . import registry
+from .param_kinds import Flag, Param, Setting, derive
+from .params import SpecParams
+from .registry import (FACTORIES, IMPL_PREFIXES, descriptors, ensure_loaded, find, get, impl_modules,
+                       section_factory)
+from .types import _BUILTIN, _INTERNED, SpecType, attr_name
+
+__all__ = ["NGRAM", "MODEL", "HIDDEN", "KINDS", "IMPL_PREFIXES", "FACTORIES", "Flag", "Setting", "Param",
+           "Have", "Need", "Nothing", "DraftModel", "Drafter", "MtpHeads", "SpecDescriptor", "declare",
+           "unregister", "registered", "descriptors", "find", "get", "ensure_loaded", "impl_modules",
+           "section_factory", "drafter_archs", "load_needs", "draft_model_types"]
 
 #: the kinds of speculator
 NGRAM = "n-gram"          # drafts from the text alone
 MODEL = "model"           # drafts with a separate draft model
 HIDDEN = "hidden-state"   # drafts from the target's hidden states (or a drafter bound to the target)
 KINDS = (NGRAM, MODEL, HIDDEN)
-
-#: the implementation modules of ``speculators`` (imported on first need; each declares its types)
-IMPL_PREFIXES = ("ngram_", "draft_")
-
-
-class Flag(NamedTuple):
-    """A command-line flag that sets one parameter (``target``: ``"section.name"`` of SpecParams).
-
-    ``kind``: how the value is read: ``int``, ``float``, ``ngl`` (a number,
-    ``auto`` or ``all``) or ``str``.
-    """
-
-    names: tuple[str, ...]
-    dest: str
-    target: str
-    kind: str
-    help: str
-    metavar: str | None = None
-
-
-class Setting(NamedTuple):
-    """A settings-pane field: ``key`` (``"section.name"``), its label, its kind
-    (``int``, ``float``, ``ngl``, ``path``, ``str``) and its hint (None: the default value)."""
-
-    key: str
-    label: str
-    kind: str
-    hint: str | None = None
-
 
 @dataclass(frozen=True)
 class Have:
@@ -256,9 +239,11 @@ class SpecDescriptor:
     #: for a section SpecParams does not define: makes its defaults (a dataclass; an optional
     #: ``check(name)`` method validates it)
     section_factory: Callable[[], Any] | None = None
-    #: its command-line flags
+    #: its parameters, each declared once: its flags and its settings fields derive from them
+    params: tuple[Param, ...] = ()
+    #: its command-line flags: those of ``params`` (and any given here, the older form)
     flags: tuple[Flag, ...] = ()
-    #: its fields in the settings pane
+    #: its fields in the settings pane: those of ``params`` (and any given here, the older form)
     fields: tuple[Setting, ...] = ()
     #: how the settings pane names the drafter it needs (EAGLE3, DFlash, ...)
     drafter_label: str | None = None
@@ -278,6 +263,19 @@ class SpecDescriptor:
             raise ValueError(f"invalid speculator type name: {self.name!r}")
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.params:
+            flags, fields = derive(self.params, self._section_defaults)
+            object.__setattr__(self, "flags", self.flags + flags)
+            object.__setattr__(self, "fields", self.fields + fields)
+
+    def _section_defaults(self, section: str) -> Any:
+        """The defaults of a parameter section: SpecParams' own, or this type's ``section_factory``."""
+        own = {f.name: f for f in dataclasses.fields(SpecParams)}
+        if section in own and own[section].default_factory is not dataclasses.MISSING:
+            return own[section].default_factory()
+        if section == self.section and self.section_factory is not None:
+            return self.section_factory()
+        raise ValueError(f"{self.name}: no defaults for the parameter section {section!r}")
 
     @property
     def type(self) -> SpecType:
@@ -299,78 +297,32 @@ class SpecDescriptor:
         return f"SpecDescriptor({self.name!r}, rank={self.rank}, kind={self.kind!r})"
 
 
-_LOCK = threading.RLock()
-_DESCRIPTORS: dict[str, SpecDescriptor] = {}
-#: type -> factory(params, resources); :func:`speculators.chain.register` fills it
-FACTORIES: dict[SpecType, Callable] = {}
-#: bumped by every declaration and withdrawal (the live views recompute)
-_GENERATION = 0
-_ORDERED: tuple[int, tuple[SpecDescriptor, ...]] = (-1, ())
-_loaded = False
-#: the threads importing the implementation modules now (a declaration's own lookups see what is declared so far)
-_loading: set[int] = set()
-
-
-def impl_modules() -> tuple[str, ...]:
-    """The implementation modules: ``speculators/ngram_*.py`` and ``speculators/draft_*.py``."""
-    import speculators
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(speculators.__path__)
-                        if m.name.startswith(IMPL_PREFIXES)))
-
-
-def ensure_loaded() -> None:
-    """Import the implementation modules (once); each declares its types and registers their factories."""
-    global _loaded
-    me = threading.get_ident()
-    if _loaded or me in _loading:
-        return
-    _loading.add(me)
-    try:
-        for name in impl_modules():
-            try:
-                importlib.import_module(f"speculators.{name}")
-            except ModuleNotFoundError as e:
-                if e.name != f"speculators.{name}":
-                    raise
-        _loaded = True
-    finally:
-        _loading.discard(me)
-
-
 def declare(desc: SpecDescriptor) -> SpecType:
     """Declare a type (again: replaces its declaration); its SpecType is returned.
 
     Two types cannot share a rank.
     """
-    global _GENERATION
-    with _LOCK:
-        for other in _DESCRIPTORS.values():
-            if other.rank == desc.rank and other.name != desc.name:
-                raise ValueError(f"{desc.name}: rank {desc.rank} is taken by {other.name}")
-        t = desc.type
-        _DESCRIPTORS[desc.name] = desc
-        attr = attr_name(desc.name)
-        if getattr(SpecType, attr, None) is None:
-            setattr(SpecType, attr, t)
-        _GENERATION += 1
-        return t
+    def check(other: SpecDescriptor) -> None:
+        if other.rank == desc.rank and other.name != desc.name:
+            raise ValueError(f"{desc.name}: rank {desc.rank} is taken by {other.name}")
+    t = desc.type
+    registry.store(desc, check)
+    attr = attr_name(desc.name)
+    if getattr(SpecType, attr, None) is None:
+        setattr(SpecType, attr, t)
+    return t
 
 
 def unregister(name: str) -> None:
     """Withdraw a type's declaration and factory (tests; a type declared by a module stays withdrawn
     until it is declared again)."""
-    global _GENERATION
     name = str(name)
-    with _LOCK:
-        desc = _DESCRIPTORS.pop(name, None)
-        t = _INTERNED.get(name)
-        if t is not None:
-            FACTORIES.pop(t, None)
-        if desc is not None:
-            attr = attr_name(name)
-            if name not in _BUILTIN and getattr(SpecType, attr, None) is t:
-                delattr(SpecType, attr)
-        _GENERATION += 1
+    t = _INTERNED.get(name)
+    desc = registry.withdraw(name, t)
+    if desc is not None:
+        attr = attr_name(name)
+        if name not in _BUILTIN and getattr(SpecType, attr, None) is t:
+            delattr(SpecType, attr)
 
 
 @contextlib.contextmanager
@@ -384,43 +336,6 @@ def registered(desc: SpecDescriptor, factory: Callable | None = None) -> Iterato
         yield t
     finally:
         unregister(desc.name)
-
-
-def descriptors() -> tuple[SpecDescriptor, ...]:
-    """Every declared type, in priority order."""
-    global _ORDERED
-    ensure_loaded()
-    gen, ordered = _ORDERED
-    if gen != _GENERATION:
-        with _LOCK:
-            ordered = tuple(sorted(_DESCRIPTORS.values(), key=lambda d: d.rank))
-            _ORDERED = (_GENERATION, ordered)
-    return ordered
-
-
-def find(name: Any) -> SpecDescriptor | None:
-    """The descriptor of ``name`` (a SpecType or its name), None if no such type is declared."""
-    name = str(name)
-    d = _DESCRIPTORS.get(name)
-    if d is None and name not in _SPECIAL:
-        ensure_loaded()
-        d = _DESCRIPTORS.get(name)
-    return d
-
-
-def get(name: Any) -> SpecDescriptor:
-    d = find(name)
-    if d is None:
-        raise KeyError(f"no such speculator type: {name}")
-    return d
-
-
-def section_factory(section: str) -> Callable[[], Any] | None:
-    """For a SpecParams section that a declared type adds: what makes its defaults."""
-    for d in descriptors():
-        if d.section == section and d.section_factory is not None:
-            return d.section_factory
-    return None
 
 
 def drafter_archs() -> frozenset[str]:

@@ -58,8 +58,9 @@ import numpy as np
 from .base import DraftRequest, Speculator, common_prefix
 from .chain import Unavailable, register
 from .compat import check_compatible
-from .descriptor import MODEL, DraftModel, Flag, SpecDescriptor, Setting, declare
+from .descriptor import MODEL, DraftModel, SpecDescriptor, declare
 from .llama import Context, ContextFull, DecodeError, Model, ModelError
+from .param_kinds import FLOAT, INT, NGL, PATH, STR, Param
 from .params import SpecParams
 from .types import SpecType
 
@@ -436,24 +437,21 @@ declare(SpecDescriptor(
     info="a small draft model, same vocabulary",
     needs=DraftModel(), section="draft", n_max=draft_n_max,
     # the draft-model flags: the hidden-state types share them (and the section)
-    flags=(Flag(("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", "draft.model", "str",
-                "draft model for draft-simple", "FNAME"),
-           Flag(("--spec-draft-n-max",), "spec_draft_n_max", "draft.n_max", "int", "max draft tokens (default 3)"),
-           Flag(("--spec-draft-n-min",), "spec_draft_n_min", "draft.n_min", "int", "min draft tokens (default 0)"),
-           Flag(("--spec-draft-p-min",), "spec_draft_p_min", "draft.p_min", "float",
-                "min draft probability (default 0.0)"),
-           Flag(("-ngld", "--spec-draft-ngl"), "spec_draft_ngl", "draft.n_gpu_layers", "ngl",
-                "draft model layers on the GPU"),
-           Flag(("-devd", "--spec-draft-device", "--device-draft"), "spec_draft_device", "draft.device", "str",
-                "devices for the draft model (none = the CPU only; default: as --device)", "DEV1,DEV2"),
-           Flag(("--spec-draft-ctx",), "spec_draft_ctx", "draft.n_ctx", "int", "draft context size (default: target's)"),
-           Flag(("-td", "--spec-draft-threads"), "spec_draft_threads", "draft.n_threads", "int", "draft threads")),
-    fields=(Setting("draft.model", "draft model", "path", "a GGUF with the target's vocabulary"),
-            Setting("draft.n_max", "max draft tokens", "int"),
-            Setting("draft.n_min", "min draft tokens", "int"),
-            Setting("draft.p_min", "min probability", "float"),
-            Setting("draft.n_gpu_layers", "draft GPU layers", "ngl", "auto, all or a number (-ngld)"),
-            Setting("draft.device", "draft devices", "str", "empty: as the model's · none: CPU only"))))
+    params=(Param("draft.model", "draft model", PATH, ("-md", "--spec-draft-model", "--model-draft"),
+                  "draft model for draft-simple", metavar="FNAME", hint="a GGUF with the target's vocabulary"),
+            Param("draft.n_max", "max draft tokens", INT, ("--spec-draft-n-max",), "max draft tokens"),
+            Param("draft.n_min", "min draft tokens", INT, ("--spec-draft-n-min",), "min draft tokens"),
+            Param("draft.p_min", "min probability", FLOAT, ("--spec-draft-p-min",), "min draft probability"),
+            Param("draft.n_gpu_layers", "draft GPU layers", NGL, ("-ngld", "--spec-draft-ngl"),
+                  "draft model layers on the GPU", dest="spec_draft_ngl", default_text="",
+                  hint="auto, all or a number (-ngld)"),
+            Param("draft.device", "draft devices", STR, ("-devd", "--spec-draft-device", "--device-draft"),
+                  "devices for the draft model (none = the CPU only; default: as --device)", metavar="DEV1,DEV2",
+                  hint="empty: as the model's · none: CPU only"),
+            Param("draft.n_ctx", None, INT, ("--spec-draft-ctx",), "draft context size", dest="spec_draft_ctx",
+                  default_text="target's"),
+            Param("draft.n_threads", None, INT, ("-td", "--spec-draft-threads"), "draft threads",
+                  dest="spec_draft_threads", default_text=""))))
 
 
 def size_prior(target: Model, draft: Model) -> float | None:

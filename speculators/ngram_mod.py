@@ -23,7 +23,8 @@ import numpy as np
 
 from .base import DraftRequest, Speculator
 from .chain import register
-from .descriptor import NGRAM, Flag, Nothing, SpecDescriptor, Setting, declare
+from .descriptor import NGRAM, Nothing, SpecDescriptor, declare
+from .param_kinds import INT, Param
 from .ngram_simple import TokenHistory, slot_winners
 from .params import SpecParams
 from .types import SpecType
@@ -262,15 +263,10 @@ declare(SpecDescriptor(
     info="hashed n-gram pool shared across replies",
     needs=Nothing("always available: hashed n-gram pool shared across replies (long copies)"),
     section="ngram_mod", n_max=lambda p: max(0, p.ngram_mod.n_max),
-    flags=(Flag(("--spec-ngram-mod-n-match",), "spec_ngram_mod_n_match", "ngram_mod.n_match", "int",
-                "ngram-mod lookup length (default 24)"),
-           Flag(("--spec-ngram-mod-n-min",), "spec_ngram_mod_n_min", "ngram_mod.n_min", "int",
-                "ngram-mod min draft (default 48)"),
-           Flag(("--spec-ngram-mod-n-max",), "spec_ngram_mod_n_max", "ngram_mod.n_max", "int",
-                "ngram-mod max draft (default 64)")),
-    fields=(Setting("ngram_mod.n_match", "match length", "int"),
-            Setting("ngram_mod.n_min", "min draft", "int"),
-            Setting("ngram_mod.n_max", "max draft", "int"))))
+    params=(Param("ngram_mod.n_match", "match length", INT, ("--spec-ngram-mod-n-match",),
+                  "ngram-mod lookup length"),
+            Param("ngram_mod.n_min", "min draft", INT, ("--spec-ngram-mod-n-min",), "ngram-mod min draft"),
+            Param("ngram_mod.n_max", "max draft", INT, ("--spec-ngram-mod-n-max",), "ngram-mod max draft"))))
 
 
 @register(SpecType.NGRAM_MOD)

@@ -15,7 +15,8 @@ import numpy as np
 
 from .base import DraftRequest, Speculator
 from .chain import register
-from .descriptor import NGRAM, Flag, Nothing, SpecDescriptor, Setting, declare
+from .descriptor import NGRAM, Nothing, SpecDescriptor, declare
+from .param_kinds import INT, Param
 from .params import NgramMapParams, SpecParams
 from .types import SpecType
 
@@ -285,34 +286,26 @@ def lookup_size(params: SpecParams) -> int:
     return n
 
 
-def ngram_map_options(type_name: str, section: str, size_n_default: str | None = None) -> dict:
-    """The flags and settings-pane fields of an n-gram type whose parameters are an
-    :class:`~speculators.params.NgramMapParams` (``section``): ngram-simple, ngram-map-k(4v).
+def ngram_map_options(type_name: str, section: str, size_n_note: str | None = None) -> dict:
+    """The parameters of an n-gram type whose section is an :class:`~speculators.params.NgramMapParams`
+    (``section``): ngram-simple, ngram-map-k(4v); ``size_n_note``: said after size_n's default.
 
-    >>> ngram_map_options("ngram-simple", "ngram_simple")["flags"][0][:3]
-    (('--spec-ngram-simple-size-n',), 'spec_ngram_simple_size_n', 'ngram_simple.size_n')
+    >>> [p.flags for p in ngram_map_options("ngram-simple", "ngram_simple")["params"]][0]
+    ('--spec-ngram-simple-size-n',)
     """
-    # ``size_n_default``: what to say of size_n's default where it is not NgramMapParams' alone
-    n_default = size_n_default or str(NgramMapParams().size_n)
-    flags = tuple(Flag((f"--spec-{type_name}-{opt}",), f"spec_{section}_{name}", f"{section}.{name}", "int",
-                       f"{type_name}: {what}")
-                  for opt, name, what in (("size-n", "size_n", f"lookup n-gram length (default {n_default})"),
-                                          ("size-m", "size_m", "draft m-gram length (default 48)"),
-                                          ("min-hits", "min_hits", "minimum hits (default 1)")))
-    fields = (Setting(f"{section}.size_n", "lookup n-gram size", "int",
-                      f"default {size_n_default}" if size_n_default else None),
-              Setting(f"{section}.size_m", "draft m-gram size", "int"),
-              Setting(f"{section}.min_hits", "min hits", "int"))
-    return {"section": section, "flags": flags, "fields": fields,
-            "n_max": lambda p: getattr(p, section).size_m}
+    params = tuple(Param(f"{section}.{name}", label, INT, (f"--spec-{type_name}-{opt}",), f"{type_name}: {what}",
+                         default_note=size_n_note if name == "size_n" else None)
+                   for opt, name, label, what in (("size-n", "size_n", "lookup n-gram size", "lookup n-gram length"),
+                                                  ("size-m", "size_m", "draft m-gram size", "draft m-gram length"),
+                                                  ("min-hits", "min_hits", "min hits", "minimum hits")))
+    return {"section": section, "params": params, "n_max": lambda p: getattr(p, section).size_m}
 
 
 declare(SpecDescriptor(
     name="ngram-simple", rank=10, kind=NGRAM,
     info="repeats what followed the last n-gram",
     needs=Nothing("always available: repeats what followed the last n-gram of the conversation"),
-    **ngram_map_options("ngram-simple", "ngram_simple",
-                      f"{NgramMapParams().size_n}; {ADAPTIVE_SIZE_N} under auto")))
+    **ngram_map_options("ngram-simple", "ngram_simple", f"{ADAPTIVE_SIZE_N} under auto")))
 
 
 @register(SpecType.NGRAM_SIMPLE)

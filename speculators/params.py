@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import registry
 from .types import SpecType, parse_types
 
 
@@ -123,8 +124,7 @@ class SpecParams:
         # only for names the dataclass does not have: a declared type's own section
         if name.startswith("_") or name == "extra":
             raise AttributeError(name)
-        from .descriptor import section_factory
-        make = section_factory(name)
+        make = registry.section_factory(name)
         extra = self.__dict__.get("extra")
         if make is None or extra is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -188,11 +188,10 @@ class SpecParams:
         types the settings alone make usable (the n-gram types, draft-simple
         with a draft model set).
         """
-        from .descriptor import descriptors, find
         if SpecType.AUTO in self.types:
-            descs = [d for d in descriptors() if d.needs.from_params(self)]
+            descs = [d for d in registry.descriptors() if d.needs.from_params(self)]
         else:
-            descs = [d for d in (find(t) for t in self.types) if d is not None]
+            descs = [d for d in (registry.find(t) for t in self.types) if d is not None]
         return max([d.n_max(self) for d in descs if d.n_max is not None] + [0])
 
     def validate(self) -> None:

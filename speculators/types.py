@@ -14,7 +14,9 @@ adaptive controller (:mod:`speculators.auto`):
 [<SpecType.AUTO: 'auto'>]
 
 Each type is declared by its own :class:`~speculators.descriptor.SpecDescriptor`,
-beside its implementation; :data:`PRIORITY`, :data:`ALL_TYPES`,
+beside its implementation, and kept in :mod:`speculators.registry` (which this
+module reads; the registry imports neither this module nor the descriptor's);
+:data:`PRIORITY`, :data:`ALL_TYPES`,
 :data:`NGRAM_TYPES`, :data:`MODEL_TYPES` and :data:`HIDDEN_STATE_TYPES` are
 live views of those declarations (a type declared later shows in them):
 
@@ -37,6 +39,8 @@ from __future__ import annotations
 
 import collections.abc
 from typing import Any, Callable, ClassVar, Iterator
+
+from . import registry
 
 
 class _SpecTypeMeta(type):
@@ -146,16 +150,14 @@ _SPECIAL = frozenset({SpecType.NONE, SpecType.AUTO})
 
 
 def _declared(name: str) -> bool:
-    from .descriptor import find
-    return find(name) is not None
+    return registry.find(name) is not None
 
 
 # -- live views of the declarations -------------------------------------------
 
 def _generation() -> int:
-    from . import descriptor
-    descriptor.ensure_loaded()
-    return descriptor._GENERATION
+    registry.ensure_loaded()
+    return registry.generation()
 
 
 class _Cached:
@@ -222,8 +224,7 @@ class LiveMapping(_Cached, collections.abc.Mapping):
 
 
 def _descs():
-    from .descriptor import descriptors
-    return descriptors()
+    return registry.descriptors()
 
 
 #: The order in which the chain asks speculators for a draft: the first

@@ -20,8 +20,8 @@ from speculators import descriptor
 from speculators.auto import _NGRAM_REASONS, auto_plan
 from speculators.base import DraftRequest, Speculator
 from speculators.chain import SpeculatorChain, Unavailable, implemented_types
-from speculators.descriptor import (HIDDEN, NGRAM, Drafter, Flag, Nothing, Setting, SpecDescriptor,
-                                    registered)
+from speculators.descriptor import HIDDEN, NGRAM, Drafter, Flag, Nothing, Setting, SpecDescriptor, registered
+from speculators.param_kinds import INT, Param
 from speculators.params import ParamError, SpecParams
 from speculators.types import (ALL_TYPES, HIDDEN_STATE_TYPES, MODEL_TYPES, NGRAM_TYPES, PRIORITY, SpecType,
                                UnknownSpecType, all_types_str, parse_types)
@@ -89,21 +89,59 @@ def test_the_derived_views_are_the_reference_tables():
 
 
 def test_the_flag_map_and_the_settings_tables_are_the_reference_ones():
+    from app import model_files, settings_form
     from app.options import _SPEC_FLAG_MAP
-    from app.ui import screens
     assert dict(_SPEC_FLAG_MAP) == REFERENCE_FLAGS
-    assert names(screens.SPEC_INFO) == REFERENCE_PRIORITY
-    assert screens.SPEC_INFO[SpecType.DRAFT_MTP] == "the model's multi-token-prediction heads"
-    assert names(screens.SPEC_FIELDS) == REFERENCE_PRIORITY[:6]
-    assert screens.SPEC_FIELDS[SpecType.NGRAM_MOD] == [("ngram_mod.n_match", "match length", "int"),
-                                                     ("ngram_mod.n_min", "min draft", "int"),
-                                                     ("ngram_mod.n_max", "max draft", "int")]
-    assert dict(screens._DRAFTER_LABEL) == {SpecType.DRAFT_EAGLE3: "EAGLE3", SpecType.DRAFT_DFLASH: "DFlash",
-                                            SpecType.DRAFT_DSPARK: "DSpark"}
-    assert screens._hint("draft.device", "str") == "empty: as the model's · none: CPU only"
-    assert screens._hint("ngram_cache.lookup_cache_static", "path") == "optional, must exist"
-    assert screens._hint("ngram_mod.n_match", "int") == "default 24"
-    assert list(screens.availability(None, None)) == REFERENCE_PRIORITY
+    assert names(settings_form.SPEC_INFO) == REFERENCE_PRIORITY
+    assert settings_form.SPEC_INFO[SpecType.DRAFT_MTP] == "the model's multi-token-prediction heads"
+    assert names(settings_form.SPEC_FIELDS) == REFERENCE_PRIORITY[:6]
+    assert settings_form.SPEC_FIELDS[SpecType.NGRAM_MOD] == [("ngram_mod.n_match", "match length", "int"),
+                                                           ("ngram_mod.n_min", "min draft", "int"),
+                                                           ("ngram_mod.n_max", "max draft", "int")]
+    assert settings_form.SPEC_FIELDS[SpecType.DRAFT_SIMPLE] == [
+        ("draft.model", "draft model", "path"), ("draft.n_max", "max draft tokens", "int"),
+        ("draft.n_min", "min draft tokens", "int"), ("draft.p_min", "min probability", "float"),
+        ("draft.n_gpu_layers", "draft GPU layers", "ngl"), ("draft.device", "draft devices", "str")]
+    assert dict(model_files._DRAFTER_LABEL) == {SpecType.DRAFT_EAGLE3: "EAGLE3", SpecType.DRAFT_DFLASH: "DFlash",
+                                                SpecType.DRAFT_DSPARK: "DSpark"}
+    assert settings_form.field_hint("draft.device", "str") == "empty: as the model's · none: CPU only"
+    assert settings_form.field_hint("ngram_cache.lookup_cache_static", "path") == "optional, must exist"
+    assert settings_form.field_hint("ngram_mod.n_match", "int") == "default 24"
+    assert settings_form.field_hint("ngram_simple.size_n", "int") == "default 12; 4 under auto"
+    assert settings_form.field_hint("ngram_map_k.size_n", "int") == "default 12"
+    assert list(model_files.availability(None, None)) == REFERENCE_PRIORITY
+
+
+#: the reference types' flags as users see them in --help: (names, dest, help)
+REFERENCE_HELP = [
+    (("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", "draft model for draft-simple"),
+    (("--spec-draft-n-max",), "spec_draft_n_max", "max draft tokens (default 3)"),
+    (("--spec-draft-n-min",), "spec_draft_n_min", "min draft tokens (default 0)"),
+    (("--spec-draft-p-min",), "spec_draft_p_min", "min draft probability (default 0)"),
+    (("-ngld", "--spec-draft-ngl"), "spec_draft_ngl", "draft model layers on the GPU"),
+    (("-devd", "--spec-draft-device", "--device-draft"), "spec_draft_device",
+     "devices for the draft model (none = the CPU only; default: as --device)"),
+    (("--spec-draft-ctx",), "spec_draft_ctx", "draft context size (default: target's)"),
+    (("-td", "--spec-draft-threads"), "spec_draft_threads", "draft threads"),
+    *[((f"--spec-{t}-size-n",), f"spec_{t.replace('-', '_')}_size_n",
+       f"{t}: lookup n-gram length (default 12{'; 4 under auto' if t == 'ngram-simple' else ''})")
+      for t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v")],
+]
+
+
+def test_the_flags_say_what_they_did_with_defaults_read_from_the_parameters():
+    from app.cli import build_parser
+    flags = {f.dest: f for d in descriptor.descriptors() for f in d.flags}
+    for names_, dest, help_ in REFERENCE_HELP:
+        assert (flags[dest].names, flags[dest].help) == (names_, help_), dest
+    assert flags["spec_ngram_mod_n_match"].help == "ngram-mod lookup length (default 24)"
+    assert flags["spec_ngram_map_k4v_size_m"].help == "ngram-map-k4v: draft m-gram length (default 48)"
+    assert flags["lookup_cache_static"].names == ("-lcs", "--lookup-cache-static")
+    # each flag reads its value as its kind says, as the settings pane does
+    args = build_parser().parse_args(["generate", "-ngld", "all", "--spec-draft-p-min", "0.5", "-md", "~/d.gguf",
+                                      "--spec-ngram-mod-n-max", "7"])
+    assert (args.spec_draft_ngl, args.spec_draft_p_min, args.spec_draft_model, args.spec_ngram_mod_n_max) == \
+        (999, 0.5, "~/d.gguf", 7)
 
 
 def test_the_theme_slots_are_the_type_names():
@@ -176,8 +214,7 @@ TOY = SpecDescriptor(
     info="drafts the same token again and again",
     needs=Nothing("always available: drafts a fixed continuation"),
     section="ngram_toy", section_factory=ToyParams, n_max=lambda p: p.ngram_toy.n,
-    flags=(Flag(("--spec-ngram-toy-n",), "spec_ngram_toy_n", "ngram_toy.n", "int", "ngram-toy: draft length"),),
-    fields=(Setting("ngram_toy.n", "draft length", "int"),),
+    params=(Param("ngram_toy.n", "draft length", INT, ("--spec-ngram-toy-n",), "ngram-toy: draft length"),),
     color="#123456")
 
 
@@ -252,11 +289,12 @@ def test_a_toy_type_is_in_automatics_plan_and_the_chain_builds_it(toy):
 
 def test_a_toy_type_in_the_settings_tables_and_the_themes(toy):
     import themes
-    from app.ui import screens
-    assert screens.SPEC_INFO[toy] == "drafts the same token again and again"
-    assert screens.SPEC_FIELDS[toy] == [("ngram_toy.n", "draft length", "int")]
-    assert screens._hint("ngram_toy.n", "int") == "default 2"
-    avail = screens.availability(None, None)
+    from app.model_files import availability
+    from app.settings_form import SPEC_FIELDS, SPEC_INFO, field_hint
+    assert SPEC_INFO[toy] == "drafts the same token again and again"
+    assert SPEC_FIELDS[toy] == [("ngram_toy.n", "draft length", "int")]
+    assert field_hint("ngram_toy.n", "int") == "default 2"
+    avail = availability(None, None)
     assert list(avail) == names(PRIORITY) and avail["ngram-toy"] is None
     assert "ngram-toy" in themes.SPEC_NAMES
     dark = themes.load_builtin()["dark"]
@@ -279,9 +317,54 @@ async def test_the_settings_pane_shows_a_toy_type(toy):
         assert app.screen.query_one("#f-ngram_toy--n").value == "2"
 
 
+def test_a_toy_parameter_declared_once_is_a_flag_a_field_a_config_key_and_help(toy, tmp_path, capsys):
+    """The toy's one Param: its flag (with its help), its settings field, its config key; nothing
+    else was edited for it."""
+    from app import config as config_mod
+    from app.cli import build_parser
+    from app.settings_form import SPEC_FIELDS, field_hint
+    assert descriptor.get("ngram-toy").flags == (
+        Flag(("--spec-ngram-toy-n",), "spec_ngram_toy_n", "ngram_toy.n", "int", "ngram-toy: draft length (default 2)"),)
+    assert descriptor.get("ngram-toy").fields == (Setting("ngram_toy.n", "draft length", "int"),)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["chat", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--spec-ngram-toy-n SPEC_NGRAM_TOY_N ngram-toy: draft length (default 2)" in help_text
+    assert SPEC_FIELDS[toy] == [("ngram_toy.n", "draft length", "int")]
+    assert field_hint("ngram_toy.n", "int") == "default 2"
+    # the config key: [speculation.ngram_toy] n, written and read back
+    cfg = config_mod.Config(spec=SpecParams.from_types("ngram-toy"))
+    cfg.spec.ngram_toy.n = 6
+    path = config_mod.save(cfg, tmp_path / "config.toml")
+    text = path.read_text(encoding="utf-8")
+    assert "[speculation.ngram_toy]" in text and "n = 6" in text
+    back = config_mod.load(path)
+    assert back.spec.types == [toy] and back.spec.ngram_toy.n == 6 and back.spec.ngram_toy.token == 7
+
+
+def test_a_parameters_default_is_read_from_its_dataclass():
+    """The same Param over a section whose default differs says that default, in the flag's help
+    and the field's hint: no default is written into a declaration."""
+    from app.settings_form import field_hint
+
+    @dataclass
+    class Nine:
+        n: int = 9
+    desc = SpecDescriptor(name="ngram-nine", rank=46, kind=NGRAM, section="ngram_nine", section_factory=Nine,
+                          params=(Param("ngram_nine.n", "draft length", INT, ("--spec-ngram-nine-n",),
+                                        "ngram-nine: draft length", default_note="3 under auto"),))
+    assert desc.flags[0].help == "ngram-nine: draft length (default 9; 3 under auto)"
+    assert desc.fields[0].hint == "default 9; 3 under auto"
+    with registered(desc):
+        assert field_hint("ngram_nine.n", "int") == "default 9; 3 under auto"
+    with pytest.raises(ValueError, match="no defaults for the parameter section 'nowhere'"):
+        SpecDescriptor(name="ngram-nowhere", rank=47, kind=NGRAM,
+                       params=(Param("nowhere.n", "n", INT, ("--x",), "x"),))
+
+
 def test_a_drafter_type_says_what_it_needs(tmp_path):
     """A model-based toy: it needs a drafter of its own architecture, and says so."""
-    from app.ui import screens
+    from app import model_files as screens
     from speculators.engine import load_plan
     desc = SpecDescriptor(name="draft-toy", rank=105, kind=HIDDEN, info="a toy drafter",
                           needs=Drafter(label="Toy", arch="toy"), drafter_label="Toy", section="draft",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from speculators.base import DraftRequest
-from speculators.descriptor import Flag, Setting
+from speculators.descriptor import NGRAM, Flag, Setting, SpecDescriptor
 from speculators.ngram_simple import (ADAPTIVE_SIZE_N, NgramSimple, TokenHistory, find_ngrams,
                                       lookup_size, ngram_map_options, rfind_ngram, slot_winners)
 from speculators.params import SpecParams
@@ -126,11 +126,17 @@ def test_ngram_simple_drafts_once_the_history_is_long_enough():
 
 # -- ngram_map_options ----------------------------------------------------------------------------
 
+def _derived(name: str, **opts) -> SpecDescriptor:
+    """A descriptor of the options, to read the flags and fields they derive."""
+    return SpecDescriptor(name=name, rank=999, kind=NGRAM, **opts)
+
+
 def test_the_flags_and_fields_of_an_n_gram_type():
-    opts = ngram_map_options("ngram-simple", "ngram_simple", "12; 4 under auto")
-    assert set(opts) == {"section", "flags", "fields", "n_max"}
+    opts = ngram_map_options("ngram-simple", "ngram_simple", "4 under auto")
+    assert set(opts) == {"section", "params", "n_max"}
     assert opts["section"] == "ngram_simple"
-    assert opts["flags"] == (
+    d = _derived("ngram-simple-copy", **opts)
+    assert d.flags == (
         Flag(("--spec-ngram-simple-size-n",), "spec_ngram_simple_size_n", "ngram_simple.size_n", "int",
              "ngram-simple: lookup n-gram length (default 12; 4 under auto)"),
         Flag(("--spec-ngram-simple-size-m",), "spec_ngram_simple_size_m", "ngram_simple.size_m", "int",
@@ -138,7 +144,7 @@ def test_the_flags_and_fields_of_an_n_gram_type():
         Flag(("--spec-ngram-simple-min-hits",), "spec_ngram_simple_min_hits", "ngram_simple.min_hits", "int",
              "ngram-simple: minimum hits (default 1)"),
     )
-    assert opts["fields"] == (
+    assert d.fields == (
         Setting("ngram_simple.size_n", "lookup n-gram size", "int", "default 12; 4 under auto"),
         Setting("ngram_simple.size_m", "draft m-gram size", "int"),
         Setting("ngram_simple.min_hits", "min hits", "int"),
@@ -150,8 +156,9 @@ def test_the_flags_and_fields_of_an_n_gram_type():
 
 def test_without_a_size_n_note_the_default_is_the_parameters():
     opts = ngram_map_options("ngram-map-k", "ngram_map_k")
-    assert opts["flags"][0].help == "ngram-map-k: lookup n-gram length (default 12)"
-    assert opts["fields"][0] == Setting("ngram_map_k.size_n", "lookup n-gram size", "int", None)
+    d = _derived("ngram-map-k-copy", **opts)
+    assert d.flags[0].help == "ngram-map-k: lookup n-gram length (default 12)"
+    assert d.fields[0] == Setting("ngram_map_k.size_n", "lookup n-gram size", "int", None)
     p = SpecParams()
     p.ngram_map_k.size_m = 9
     assert opts["n_max"](p) == 9

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from app import config as config_mod
-from app.ui.screens import ctx_in_use
+from app.settings_form import ctx_in_use
 from app.ui.widgets import Legend, StatsPanel, TopBar, align_offsets
 from speculators.controller import ControllerStats
 from tests.test_ui_app import SCRIPT, make_app, open_settings, ready, send_and_wait, until

@@ -569,7 +569,7 @@ async def test_every_action_has_a_key_a_help_line_and_a_palette_command():
 
 
 async def test_the_draft_model_picker_fills_the_field_and_enables_draft_simple(monkeypatch, tmp_path):
-    from app.ui import screens
+    from app.ui.screens import settings as screens     # the module SettingsScreen reads it from
     draft = tmp_path / "small-draft.gguf"
     draft.write_bytes(b"GGUF")
     monkeypatch.setattr(screens, "discover_draft_models",
