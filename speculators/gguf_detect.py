@@ -434,5 +434,3 @@ def gguf_summary(path: str | os.PathLike, info: GGUFInfo | None = None) -> GGUFS
         s.spec_types = types_from_info(info)
     return s
 
-
-_types_from_info = types_from_info  # the name app.ui.screens imports

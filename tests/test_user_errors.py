@@ -55,3 +55,27 @@ def test_anything_else_is_not_a_user_error(monkeypatch):
     with pytest.raises(KeyError):
         cli.main(["doctor"])
     assert errors.describe(KeyError("x")) == "'x' (KeyError)"
+
+
+@pytest.mark.parametrize("action, method", [("regenerate", "regenerate"), ("edit_last", "edit_last")])
+async def test_an_engine_error_in_a_chat_action_is_a_message_and_the_chat_goes_on(action, method, monkeypatch):
+    """``except UserError`` does not catch the engine's errors (they are UserErrors only through
+    ``issubclass``, which ``except`` does not ask): the chat's actions catch ``user_errors()``."""
+    from speculators.llama import ContextFull
+    from tests.test_ui_app import make_app, ready, send_and_wait, until
+
+    app, engine = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot, app)
+        await send_and_wait(pilot, app)
+
+        def fails(*_a, **_k):
+            raise ContextFull("context full (300 > 256 tokens)")
+        monkeypatch.setattr(app.session, method, fails)
+        shown: list[str] = []
+        notify = app.notify
+        monkeypatch.setattr(app, "notify", lambda msg, *a, **k: (shown.append(str(msg)), notify(msg, *a, **k)))
+        await app.run_action(action)
+        await until(pilot, lambda: shown)
+        assert "context full (300 > 256 tokens)" in shown[0].lower()
+        assert app.is_running and app.session.turns        # the chat is still there

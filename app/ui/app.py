@@ -44,7 +44,7 @@ import themes as theme_data
 
 from .. import config as config_mod
 from .. import paths, session as sess
-from ..errors import UserError, describe
+from ..errors import describe, user_errors
 from ..options import ModelOptions
 from ..runner import usable_cores
 from ..session import ChatSession, Turn
@@ -423,7 +423,7 @@ class DraftlightApp(SessionEvents, ReplyPainting, ChatActions, ReplyActions, Set
             self.notify(f"{sentence(describe(e))} Your message was not sent: it is in the prompt, to send again.",
                         severity="error", timeout=15)
             return False
-        except UserError as e:
+        except user_errors() as e:
             self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", severity="warning", timeout=4)
             return False
         prompt.remember(text.strip("\n"))

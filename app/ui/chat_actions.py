@@ -12,7 +12,7 @@ from pathlib import Path
 from textual import on
 from textual.containers import VerticalScroll
 
-from ..errors import UserError, describe
+from ..errors import describe, user_errors
 from .app_part import AppPart
 from .screens import ChatsResult, ChatsScreen, TextPromptScreen
 from .widgets import PromptInput
@@ -64,7 +64,7 @@ class ChatActions(AppPart):
     def resume_chat(self, chat_id: int) -> None:
         try:
             self.session.resume(chat_id)
-        except UserError as e:
+        except user_errors() as e:
             self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", severity="warning")
             return
         self._show_conversation()
@@ -90,7 +90,7 @@ class ChatActions(AppPart):
                 return
             try:
                 path = s.export(value.strip(), cid)
-            except (UserError, OSError) as e:
+            except (*user_errors(), OSError) as e:
                 self.notify(f"could not export: {describe(e)}", severity="error")
                 return
             self.notify(f"Exported to {path}", timeout=5)
@@ -121,7 +121,7 @@ class ChatActions(AppPart):
     def _rename_chat(self, msg: ChatsScreen.Rename) -> None:
         try:
             self.session.rename(msg.chat_id, msg.title)
-        except UserError as e:
+        except user_errors() as e:
             self.notify(sentence(describe(e)), severity="error", timeout=10)
             return
         self._refresh_chats_screen(msg.chat_id)
@@ -132,7 +132,7 @@ class ChatActions(AppPart):
         try:
             if self.session.delete(msg.chat_id):
                 self._show_conversation()
-        except UserError as e:
+        except user_errors() as e:
             self.notify(sentence(describe(e)), severity="error", timeout=10)
             return
         self._refresh_chats_screen()

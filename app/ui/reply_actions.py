@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual import on, work
 
-from ..errors import UserError, describe
+from ..errors import describe, user_errors
 from .app_part import AppPart
 from .clipboard import copy_to_system
 from .widgets import MessageView, PromptInput
@@ -32,7 +32,7 @@ class ReplyActions(AppPart):
         last = s.turns[-1] if s.turns else None
         try:
             reply = s.regenerate()
-        except UserError as e:
+        except user_errors() as e:
             self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", timeout=3)
             return
         if last is not None and last is not reply and last.role == "assistant":
@@ -51,7 +51,7 @@ class ReplyActions(AppPart):
     def action_edit_last(self) -> None:
         try:
             text, gone = self.session.edit_last()
-        except UserError as e:
+        except user_errors() as e:
             self.notify(describe(e)[:1].upper() + describe(e)[1:] + ".", timeout=3)
             return
         for t in gone:

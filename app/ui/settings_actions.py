@@ -10,7 +10,7 @@ from typing import Any
 
 from textual import on
 
-from ..errors import UserError, describe
+from ..errors import describe, user_errors
 from .app_part import AppPart
 from .screens import SettingsResult, SettingsScreen
 
@@ -68,7 +68,7 @@ class SettingsActions(AppPart):
     def _build_static(self, msg: SettingsScreen.BuildStatic) -> None:
         try:
             self.session.build_static_cache(msg.files)
-        except UserError as e:
+        except user_errors() as e:
             if isinstance(self.screen, SettingsScreen):
                 self.screen.show_build_done(None, describe(e), self.session.lookup_figures())
             return
