@@ -127,7 +127,7 @@ def test_doctor_shows_the_defaults_a_machine_with_offload_and_smt_gets(private_d
     -ngl to every layer (999) once there is a device to offload to."""
     import io
 
-    import speculators.llama as native
+    import speculators.llama.threads as native
     from speculators import devices
     monkeypatch.setattr(native, "open", lambda path, *a, **k: io.StringIO(CPUINFO_2X2X2)
                         if path == "/proc/cpuinfo" else open(path, *a, **k), raising=False)
