@@ -241,10 +241,10 @@ class SpecDescriptor:
     section_factory: Callable[[], Any] | None = None
     #: its parameters, each declared once: its flags and its settings fields derive from them
     params: tuple[Param, ...] = ()
-    #: its command-line flags: those of ``params`` (and any given here, the older form)
-    flags: tuple[Flag, ...] = ()
-    #: its fields in the settings pane: those of ``params`` (and any given here, the older form)
-    fields: tuple[Setting, ...] = ()
+    #: its command-line flags, derived from ``params``
+    flags: tuple[Flag, ...] = field(default=(), init=False)
+    #: its fields in the settings pane, derived from ``params``
+    fields: tuple[Setting, ...] = field(default=(), init=False)
     #: how the settings pane names the drafter it needs (EAGLE3, DFlash, ...)
     drafter_label: str | None = None
     #: what the target model must load for it (``"mtp"``: its MTP heads)
@@ -265,8 +265,8 @@ class SpecDescriptor:
             raise ValueError(f"{self.name}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
         if self.params:
             flags, fields = derive(self.params, self._section_defaults)
-            object.__setattr__(self, "flags", self.flags + flags)
-            object.__setattr__(self, "fields", self.fields + fields)
+            object.__setattr__(self, "flags", flags)
+            object.__setattr__(self, "fields", fields)
 
     def _section_defaults(self, section: str) -> Any:
         """The defaults of a parameter section: SpecParams' own, or this type's ``section_factory``."""

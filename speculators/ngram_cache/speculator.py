@@ -10,7 +10,8 @@ from typing import Sequence
 
 from ..base import DraftRequest, Speculator
 from ..chain import register
-from ..descriptor import NGRAM, Flag, Nothing, SpecDescriptor, Setting, declare
+from ..descriptor import NGRAM, Nothing, SpecDescriptor, declare
+from ..param_kinds import PATH, Param
 from ..params import SpecParams
 from ..types import SpecType
 from .draft import SOURCE_NAMES, _draft_tail
@@ -174,13 +175,12 @@ declare(SpecDescriptor(
     info="lookup caches: a static and a dynamic file",
     needs=Nothing("always available: this conversation plus the learned lookup caches"),
     section="ngram_cache", n_max=lambda p: N_DRAFT,
-    flags=(Flag(("-lcs", "--lookup-cache-static"), "lookup_cache_static", "ngram_cache.lookup_cache_static", "str",
-                "static lookup cache for ngram-cache", "FNAME"),
-           Flag(("-lcd", "--lookup-cache-dynamic"), "lookup_cache_dynamic", "ngram_cache.lookup_cache_dynamic",
-                "str", "dynamic lookup cache for ngram-cache", "FNAME")),
-    fields=(Setting("ngram_cache.lookup_cache_static", "static cache file", "path", "optional, must exist"),
-            Setting("ngram_cache.lookup_cache_dynamic", "dynamic cache file", "path",
-                    "optional; learns as you chat"))))
+    params=(Param("ngram_cache.lookup_cache_static", "static cache file", PATH, ("-lcs", "--lookup-cache-static"),
+                  "static lookup cache for ngram-cache", dest="lookup_cache_static", metavar="FNAME",
+                  hint="optional, must exist"),
+            Param("ngram_cache.lookup_cache_dynamic", "dynamic cache file", PATH, ("-lcd", "--lookup-cache-dynamic"),
+                  "dynamic lookup cache for ngram-cache", dest="lookup_cache_dynamic", metavar="FNAME",
+                  hint="optional; learns as you chat"))))
 
 
 @register(SpecType.NGRAM_CACHE)
