@@ -14,13 +14,15 @@ import pytest
 
 from app import config as config_mod
 from app import session as sess
-from app.errors import UserError, describe
+from app.errors import UserError
 from app.figures import ReplyFigures
-from app.session import ChatSession, ContextOverflow, SessionError, fit_to_context
+from app.session import ChatSession, SessionError
 from app.storage import History
 from app.ui.scripted import ScriptedEngine
 from speculators.events import FinishEvent, StepEvent
 from speculators.params import SpecParams
+
+from .test_context_fit import CountingEngine, words
 
 SCRIPT = [
     ("ngram-mod", [" Hello", " world", "!"]),
@@ -212,66 +214,6 @@ def test_settings_rebuild_the_chain_or_reload_the_model(tmp_path):
 
 
 # -- the context -----------------------------------------------------------------------------
-
-class CountingEngine(ScriptedEngine):
-    """Scripted engine whose prompt has one token per word (the n_ctx is the config's)."""
-
-    def __init__(self, n_ctx: int, **kw):
-        super().__init__([(None, [" ok"])], **kw)
-        self.config.n_ctx = n_ctx
-
-    def prompt_tokens(self, messages=None, text=None, raw=False):
-        messages = list(messages or [])
-        self.requests.append(messages)
-        n = sum(len(m["content"].split()) + 3 for m in messages)
-        return [1] * n
-
-
-def words(n: int, w: str = "word") -> str:
-    return " ".join([w] * n)
-
-
-def test_rolling_window_drops_the_oldest_whole_turns_and_keeps_the_system_prompt():
-    eng = CountingEngine(n_ctx=100)
-    msgs = [{"role": "system", "content": "be brief"}]
-    for i in range(6):
-        msgs += [{"role": "user", "content": words(8, f"q{i}")}, {"role": "assistant", "content": words(8, f"a{i}")}]
-    msgs.append({"role": "user", "content": words(8, "last")})
-    prompt, cut = fit_to_context(eng, msgs, max_tokens=20, policy="rolling")
-    kept = eng.requests[-1]
-    assert kept[0]["role"] == "system" and kept[-1]["content"].startswith("last")
-    assert kept[1]["role"] == "user"   # never starts with a reply whose question was dropped
-    assert len(prompt) + 20 <= 100
-    first_kept, n_dropped = cut
-    assert n_dropped == 13 - (len(kept) - 1) and first_kept == n_dropped
-    # the most that fits: keeping one more exchange would not
-    assert len(eng.prompt_tokens(messages=[kept[0]] + msgs[1 + n_dropped - 2:])) + 20 > 100
-
-
-def test_truncate_middle_keeps_the_first_exchange():
-    eng = CountingEngine(n_ctx=100)
-    msgs = []
-    for i in range(6):
-        msgs += [{"role": "user", "content": words(8, f"q{i}")}, {"role": "assistant", "content": words(8, f"a{i}")}]
-    msgs.append({"role": "user", "content": words(8, "last")})
-    prompt, cut = fit_to_context(eng, msgs, max_tokens=20, policy="truncate-middle")
-    kept = eng.requests[-1]
-    assert kept[0]["content"].startswith("q0") and kept[1]["content"].startswith("a0")
-    assert kept[2]["role"] == "user" and kept[-1]["content"].startswith("last")
-    assert len(prompt) + 20 <= 100 and cut[1] > 0
-
-
-def test_stop_policy_and_a_message_too_long_for_the_context_say_what_would_fit():
-    eng = CountingEngine(n_ctx=100)
-    msgs = [{"role": "user", "content": words(30)}, {"role": "assistant", "content": words(30)},
-            {"role": "user", "content": words(40)}]
-    with pytest.raises(ContextOverflow, match="start a new chat"):
-        fit_to_context(eng, msgs, max_tokens=20, policy="stop")
-    with pytest.raises(ContextOverflow) as e:
-        fit_to_context(eng, [{"role": "user", "content": words(300)}], max_tokens=20, policy="rolling")
-    msg = describe(e.value)
-    assert "needs 303 tokens" in msg and "holds 100" in msg and "-c 512" in msg
-
 
 def test_a_chat_that_outgrows_a_small_context_keeps_getting_replies(tmp_path):
     eng = CountingEngine(n_ctx=120)
