@@ -2,7 +2,7 @@
 
 Data flows one way::
 
-    UI (DraftlightApp) --send--> ChatSession (app/session.py) --thread--> Engine.generate
+    UI (DraftlightApp) --send--> ChatSession (app/session/) --thread--> Engine.generate
         --> TokenEvents appended to the reply's Turn, ReplyProgress/ReplyDone events
-        --> SessionMessage (post_message) --> session.apply(event) --> widgets (widgets.py)
+        --> SessionMessage (post_message) --> session.apply(event) --> widgets (app/ui/widgets/)
 """
