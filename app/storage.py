@@ -218,10 +218,11 @@ def private_folder(folder: Path, ours: bool) -> None:
 def private_files(db: Path) -> None:
     """The database file and those SQLite keeps beside it, 0600: the database is created so
     (SQLite gives its ``-wal``, ``-shm`` and journal the database's permissions), and files an
-    older draftlight left readable by others are tightened."""
+    older draftlight left readable by others are tightened. A ``db`` that is a dangling symlink
+    gets its target created so (no ``O_EXCL``: it refuses a symlink, and SQLite would then create
+    the target with the umask's permissions)."""
     if not db.exists():
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+        os.close(os.open(db, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
     for p in (db, *(db.with_name(db.name + s) for s in SIDE_FILES)):
         if p.is_file():
             _tighten(p)

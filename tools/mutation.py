@@ -22,8 +22,11 @@ every mutant mutmut made in the module's functions minus the ones listed, with t
 are counted on a line of their own. Every other surviving mutant is printed with its diff: kill
 it with a test (``tests/test_mut_<module>.py``) or list it as equivalent, saying why.
 
-``--changed REF`` keeps the modules that a change since ``REF`` touched (the module, one of its
-test files, or this script): what CI runs (``docs/mutation.md``).
+``--changed REF`` keeps the modules that a change since ``REF`` touched (the module or one of its
+test files; a change to this script alone selects none): what CI runs (``docs/mutation.md``).
+
+A module whose :attr:`Module.functions` names some of its functions has only those mutated and
+counted (``mutmut run`` is given their mutants' names); ``--list`` shows them.
 """
 
 from __future__ import annotations
@@ -56,10 +59,21 @@ class Module:
     tests: tuple[str, ...]             #: test files (or node ids) that cover it
     pytest_args: tuple[str, ...] = ()  #: extra pytest arguments for this module's runs
     what: str = ""
+    #: where not empty, only these functions are mutated (``name`` or ``Class.method``, as a
+    #: survivor's line names them): a large module's part that the module is tested for
+    functions: tuple[str, ...] = ()
 
     @property
     def dotted(self) -> str:
         return self.path[:-3].replace("/", ".")
+
+    def mutant_patterns(self) -> list[str]:
+        """``mutmut run``'s arguments that keep to :attr:`functions` (none: every function)."""
+        out = []
+        for f in self.functions:
+            cls, _, fn = f.rpartition(".")
+            out.append(f"{self.dotted}.{f'xǁ{cls}ǁ{fn}' if cls else f'x_{fn}'}__mutmut_*")
+        return out
 
     def test_selection(self, root: Path) -> list[str]:
         """The tests mutmut runs: the module's test files, its ``test_mut_`` file, its doctests."""
@@ -90,12 +104,44 @@ MODULES: dict[str, Module] = {m.name: m for m in (
            what="ngram-map-k / ngram-map-k4v"),
     Module("ngram_mod", "speculators/ngram_mod.py", ("tests/test_ngram_speculators.py",),
            what="ngram-mod's hashed table"),
-    Module("storage", "app/storage.py", ("tests/test_storage.py",), _NOT_SLOW,
-           what="chat history and storage"),
-    Module("config", "app/config.py", ("tests/test_config_damage.py",), _NOT_SLOW,
+    Module("storage", "app/storage.py", ("tests/test_storage.py",) + tuple(
+               f"tests/test_history_faults.py::{t}" for t in (
+                   "test_a_write_that_fails_is_a_history_error_saying_why_and_where",
+                   "test_the_history_and_its_wal_files_are_private_in_a_private_data_folder",
+                   "test_an_older_readable_history_is_made_private",
+                   "test_a_folder_the_person_named_keeps_its_mode_and_a_new_one_is_private")),
+           _NOT_SLOW, what="chat history and storage"),
+    Module("config", "app/config.py", ("tests/test_config_damage.py", "tests/test_config_roundtrip.py"),
+           # the Textual app's writes (save() through a session, which the other round-trip tests
+           # call directly) and text files under an ASCII locale (app.fileutil): seconds per mutant
+           _NOT_SLOW + tuple(a for t in ("test_the_app_keeps_comments_through_f4_and_a_theme_change",
+                                         "test_text_files_are_utf8_under_an_ascii_locale")
+                             for a in ("--deselect", f"tests/test_config_roundtrip.py::{t}")),
            what="the config file"),
-    Module("lookup_store", "app/lookup_store.py", ("tests/test_lookup_store.py",), _NOT_SLOW,
-           what="the lookup store's save / load / merge"),
+    Module("lookup_store", "app/lookup_store.py", ("tests/test_lookup_store.py", "tests/test_lookup_files_safety.py"),
+           # left out: a real engine's replies, and the tests of several processes (writers killed
+           # mid-save, two saving at once, files read under a memory limit, a FIFO): 6 to 25 s
+           # each, paid by every mutant they reach. What they check in this process (a save
+           # merging another store's file, what is kept or moved aside, the refusals) the other
+           # tests and tests/test_mut_lookup_store.py check
+           _NOT_SLOW + tuple(a for t in (
+               "test_lookup_store.py::test_a_learned_dynamic_cache_drafts_and_accepts_more",
+               "test_lookup_store.py::test_a_writer_killed_mid_save_leaves_the_old_or_the_new_file",
+               "test_lookup_store.py::test_two_processes_saving_concurrently_keep_each_others_ngrams",
+               "test_lookup_files_safety.py::test_drafting_never_passes_an_out_of_vocabulary_id_to_llama_cpp",
+               "test_lookup_files_safety.py::test_multi_gigabyte_files_are_refused_without_being_read",
+               "test_lookup_files_safety.py::test_files_that_are_not_regular_files_are_refused_unread")
+               for a in ("--deselect", f"tests/{t}")),
+           what="the lookup store's save / load / merge",
+           # the person's data: the dynamic cache as it is learned, loaded (judged, moved aside,
+           # kept), merged with another process's file, pruned and saved. Not: fingerprints and
+           # their memo, the vocabulary-only model, static-cache building, lookup stats'
+           # simulation, escapes, `lookup info` and the settings pane's figures
+           functions=("_sig", "_digest", "_still", "move_aside", "_cleanup_tmp", "_read_cache",
+                      "_read_cache_state", "_reason", "_kept_unread", "prune_cache", "learn_tokens",
+                      "Learner.new_from", "LookupStore.__init__", "LookupStore._lock_path", "LookupStore.load",
+                      "LookupStore.learn", "LookupStore.save", "LookupStore._save_locked",
+                      "LookupStore.close", "LookupStore.clear_dynamic")),
 )}
 
 #: a pytest plugin written into each scratch copy. mutmut runs the tests once in its own process,
@@ -172,15 +218,20 @@ class Equivalent:
     before: str
     after: str
     reason: str
+    #: where the function has several mutants that change the same lines the same way (two
+    #: ``return False`` made ``return True``): which one, counting from 1 in mutmut's order
+    occurrence: int | None = None
     used: int = 0
 
-    def matches(self, module: str, function: str, before: str, after: str) -> bool:
+    def matches(self, module: str, function: str, before: str, after: str, occurrence: int = 1) -> bool:
         return (self.module == module and self.function == function
-                and _norm(self.before) == _norm(before) and _norm(self.after) == _norm(after))
+                and _norm(self.before) == _norm(before) and _norm(self.after) == _norm(after)
+                and self.occurrence in (None, occurrence))
 
 
 def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
-    """``[[mutant]]`` entries: ``module``, ``function``, ``before``, ``after``, ``reason``.
+    """``[[mutant]]`` entries: ``module``, ``function``, ``before``, ``after``, ``reason``, and
+    ``occurrence`` where the same change is made at several places of the function.
 
     A mutant is identified by what it changes (the changed lines of the function), not by
     mutmut's number, which moves whenever the function changes."""
@@ -191,7 +242,8 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
         missing = [k for k in ("module", "function", "before", "after", "reason") if k not in e]
         if missing or not str(e["reason"]).strip():
             raise SystemExit(f"{path}: entry {i + 1} lacks {', '.join(missing) or 'a reason'}")
-        out.append(Equivalent(e["module"], e["function"], e["before"], e["after"], e["reason"]))
+        out.append(Equivalent(e["module"], e["function"], e["before"], e["after"], e["reason"],
+                              e.get("occurrence")))
     return out
 
 
@@ -327,12 +379,17 @@ def collect(work: Path, module: Module, seconds: float, equivalents: list[Equiva
     meta = json.loads((work / "mutants" / (module.path + ".meta")).read_text())
     codes: dict[str, int | None] = meta["exit_code_by_key"]
     r = Result(module, seconds)
+    if module.functions:
+        codes = {k: v for k, v in codes.items() if _function_label(k) in module.functions}
     r.diffs = mutant_diffs(work, module, sorted(codes))
+    seen: dict[tuple[str, str, str], int] = {}
     for name in sorted(codes, key=lambda s: (s.partition("__mutmut_")[0], int(s.rpartition("_")[2]))):
         code = codes[name]
         before, after = r.diffs[name]
+        change = (_function_label(name), _norm(before), _norm(after))
+        seen[change] = seen.get(change, 0) + 1
         eq = next((e for e in equivalents
-                   if e.matches(module.name, _function_label(name), before, after)), None)
+                   if e.matches(module.name, _function_label(name), before, after, seen[change])), None)
         if code in _SKIPPED:
             r.skipped += 1
             continue
@@ -359,10 +416,11 @@ def run_module(module: Module, base: Path, jobs: int, verbose: bool,
     t0 = time.monotonic()
     work = make_workdir(module, base)
     log = work / "mutmut.log"
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *module.mutant_patterns()]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
-    print(f"== {module.name} ({module.path}): {' '.join(module.test_selection(work))}", flush=True)
+    only = f" [only {', '.join(module.functions)}]" if module.functions else ""
+    print(f"== {module.name} ({module.path}{only}): {' '.join(module.test_selection(work))}", flush=True)
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace")
@@ -404,15 +462,14 @@ def report(r: Result) -> None:
 
 
 def changed_modules(ref: str) -> list[Module]:
-    """The modules a change since ``ref`` touched: the module itself, one of its tests, or this
-    script (then all of them)."""
+    """The modules a change since ``ref`` touched: the module itself or one of its tests. (A
+    change to this script alone selects none: run the modules it affects by hand, as CI's time
+    would not hold all of them on top of the suite.)"""
     diff = subprocess.run(["git", "diff", "--name-only", ref], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout.split()
     new = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout.split()
     touched = set(diff) | set(new)
-    if "tools/mutation.py" in touched:
-        return list(MODULES.values())
     out = []
     for m in MODULES.values():
         mine = {m.path, f"tests/test_mut_{m.name}.py"} | {t.split("::")[0] for t in m.tests}
@@ -441,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.list:
         for m in MODULES.values():
             print(f"{m.name:13} {m.path:28} {' '.join(m.test_selection(ROOT))}"
-                  f"{'  ' + shlex.join(m.pytest_args) if m.pytest_args else ''}")
+                  f"{'  ' + shlex.join(m.pytest_args) if m.pytest_args else ''}"
+                  f"{'  [only ' + ', '.join(m.functions) + ']' if m.functions else ''}")
         return 0
     if importlib.util.find_spec("mutmut") is None:
         print("mutmut is not installed: python -m pip install 'mutmut>=3.3'", file=sys.stderr)
