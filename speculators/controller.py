@@ -98,6 +98,9 @@ MATCH_SLACK = 4
 MATCH_ASK = 4
 #: the longest match looked for
 MATCH_CAP = 128
+#: an evident copy is verified past an early sentence end once what follows one is accepted at
+#: least this often (:meth:`Controller._through_boundary`)
+COPY_PAST_BOUNDARY = 0.5
 #: a step number never reached (a drafter that is never probed)
 NEVER = 1 << 62
 #: a lookup drafter's acceptance at run position ``d`` starts from ``(d + a q_0) / (d + a)``
@@ -139,6 +142,18 @@ def suffix_match(hist: np.ndarray, last: int, nxt: int | None = None, cap: int =
             break
         m += 1
     return m
+
+
+def evident_copy(m_draft: int, run: int, p: "ControllerParams") -> bool:
+    """Whether a lookup draft is evidently a copy (:attr:`ControllerParams.copy_match`):
+    its own context match ``m_draft`` is long, and ``run`` (the tokens its drafter's proposals
+    have predicted in a row, which this draft continues) shows the copy going on.
+
+    >>> p = ControllerParams()
+    >>> evident_copy(8, 3, p), evident_copy(8, 0, p), evident_copy(16, 0, p), evident_copy(5, 30, p)
+    (True, False, True, False)
+    """
+    return m_draft >= p.copy_match_alone or (m_draft >= p.copy_match and run > 0)
 
 
 class SuffixMatcher:
@@ -335,6 +350,13 @@ class ControllerParams:
     short_match: int = 1
     short_prior: float = 0.3
     short_weight: float = 2.0
+    #: a lookup draft is evidently a copy -- verified whole, as long as the fixed type drafts
+    #: it, from the first step that shows it -- where its own context match (``suffix_match``
+    #: with its first token) is at least ``copy_match`` tokens and it continues a run of its
+    #: drafter's (a proposal of it was right up to here), or at least ``copy_match_alone``
+    #: tokens without a run. Chance matches in ordinary text are 4-5 tokens (MATCH_SLACK).
+    copy_match: int = 8
+    copy_match_alone: int = 16
 
 
 def expected_from_rates(rates: Sequence[float]) -> list[float]:
@@ -1122,6 +1144,28 @@ class Controller:
         """(k, E_k / (c(k) + draft_cost)) maximising throughput over k = 1..n."""
         return self._cut_of(self._expected(st, n, depth, draft, prev, short), draft_cost)
 
+    def _whole(self, st: _SpecState, n: int, depth: int, thr: float, g_cut: float) -> tuple[int, float]:
+        """(n, gain) for an evident copy's first ``n`` draft tokens, verified whole: the gain of
+        its best cut (``g_cut``) or of all ``n`` tokens, whichever is higher, and at least ``thr``
+        (it is verified)."""
+        e = st.model.expected_tokens(n, depth)
+        return n, max(thr, g_cut, e[-1] / self.cost.rel_table(n)[n])
+
+    def _through_boundary(self, draft: Sequence[int], prev: int, depth: int) -> int:
+        """How many of an evident copy's draft tokens to verify: all of them, or those through
+        the first end of a sentence fewer than ``boundary_depth`` positions into the run while
+        what follows one is accepted less than half the time (:attr:`boundaries`; a reply that
+        quotes part of a sentence stops at its end as often as not). 0: its first token follows
+        such an end."""
+        bnd = self.boundary
+        if bnd is None or self.boundaries.rate >= COPY_PAST_BOUNDARY:
+            return len(draft)
+        for i in range(min(len(draft), self.params.boundary_depth - depth)):
+            before = int(draft[i - 1]) if i else prev
+            if bnd(before):
+                return i
+        return len(draft)
+
     def _cut_of(self, expected: Sequence[float], draft_cost: float = 0.0) -> tuple[int, float]:
         """(k, E_k / (c(k) + draft_cost)) maximising throughput over the given E_1..E_n."""
         best_k, best_g = 0, 0.0
@@ -1323,7 +1367,8 @@ class Controller:
             s.last_reason = dec.reason
             return dec
         thr = 1.0 + p.margin
-        cands: list[tuple[float, int, _SpecState, list[int], bool, int, bool]] = []
+        # (gain, length, state, draft, probe, depth, short, length verified whole as an evident copy)
+        cands: list[tuple[float, int, _SpecState, list[int], bool, int, bool, int]] = []
         shadows: list[tuple[_SpecState, list[int], int, bool]] = []
         asked = 0
         hist, m_ctx = None, 0
@@ -1440,19 +1485,30 @@ class Controller:
                 depth = max(run_depth, m_draft - MATCH_SLACK)
                 short = depth == 0 and m_draft <= p.short_match
             # drafting is paid now: only the verify cost decides the cut
+            whole = 0
             if lenient:
                 k, g = self._cut_of(st.model.expected_overall(len(draft)))   # at its overall rate
             else:
                 k, g = self._best_cut(st, len(draft), depth=depth, draft=draft, prev=int(req.id_last), short=short)
+                if st.by_run and evident_copy(m_draft, run_depth, p):
+                    # evidently a copy: verified whole, as the fixed type would, through the
+                    # end of a sentence early in the run while copies are not seen to go on
+                    # past one (a miss ends the run, and with it the match that made it evident)
+                    n_whole = self._through_boundary(draft, int(req.id_last), depth)
+                    if n_whole > k:
+                        k, g = self._whole(st, n_whole, depth, thr, g)
+                    whole = k
             if st.model.n_observed <= 0.0 and not probe and depth < MATCH_ASK:
                 g = 0.0   # nothing known of this drafter yet: its first proposal is scored unverified
             if probe or g >= thr:
-                cands.append((g if not probe else 0.0, k if not probe else len(draft), st, draft, probe, depth, short))
+                cands.append((g if not probe else 0.0, k if not probe else len(draft), st, draft, probe, depth, short,
+                              whole if not probe else 0))
             else:
                 shadows.append((st, draft, depth, short))
         chosen = None
         if cands:
-            cands.sort(key=lambda c: (c[4], -c[0]))   # real candidates first, best gain first
+            # real candidates first, then the longest evident copy, then the best gain
+            cands.sort(key=lambda c: (c[4], -c[7], -c[0]))
             chosen = cands[0]
             for c in cands[1:]:
                 shadows.append((c[2], c[3], c[5], c[6]))
@@ -1475,7 +1531,7 @@ class Controller:
                 dec.reason = "not_asked"
             s.last_reason = dec.reason
             return dec
-        g, k, st, draft, probe, depth, short = chosen
+        g, k, st, draft, probe, depth, short, _ = chosen
         per = st.per
         verified = draft[:k]
         self._open_record(st, draft, req.pos0 + 1, depth, short)
