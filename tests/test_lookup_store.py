@@ -219,7 +219,7 @@ def test_a_save_merges_what_another_store_wrote(tmp_path):
 _WRITER = textwrap.dedent("""
     import sys, random, time
     sys.path.insert(0, {root!r})
-    import app.lookup_store as m
+    import app.lookup_store.store as m
     from app.fileutil import atomic_writer
 
     def slow_write(path, data):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from app import lookup_store as ls
+from app.lookup_store import store as ls_store
 from speculators.ngram_cache import CorruptCacheError, LookupCacheError, NgramCache, check_vocab
 
 
@@ -158,7 +159,7 @@ def test_a_save_on_a_full_disk_says_why_and_keeps_what_was_learned(tmp_path, mon
         other.save()
     store.learn([1, 2, 3, 4, 5])
     pending = store.pending_entries
-    monkeypatch.setattr(ls, "atomic_write_bytes", disk_full)
+    monkeypatch.setattr(ls_store, "atomic_write_bytes", disk_full)  # the module that saves
     with pytest.raises(ls.LookupStoreError) as e:
         store.save()
     assert str(e.value) == f"cannot save the dynamic lookup cache {folder / 'dynamic.bin'}: No space left on device"

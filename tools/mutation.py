@@ -118,7 +118,8 @@ MODULES: dict[str, Module] = {m.name: m for m in (
                                          "test_text_files_are_utf8_under_an_ascii_locale")
                              for a in ("--deselect", f"tests/test_config_roundtrip.py::{t}")),
            what="the config file"),
-    Module("lookup_store", "app/lookup_store.py", ("tests/test_lookup_store.py", "tests/test_lookup_files_safety.py"),
+    Module("lookup_store", "app/lookup_store/store.py",
+           ("tests/test_lookup_store.py", "tests/test_lookup_files_safety.py"),
            # left out: a real engine's replies, and the tests of several processes (writers killed
            # mid-save, two saving at once, files read under a memory limit, a FIFO): 6 to 25 s
            # each, paid by every mutant they reach. What they check in this process (a save
