@@ -67,10 +67,12 @@ async def test_esc_while_the_pane_opens_closes_it_and_mounts_nothing_more(monkey
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot, app)
         main, calls = app.screen, engine.set_spec_calls
-        await while_it_opens(pilot, app, "escape")
+        screen = await while_it_opens(pilot, app, "escape")
         await until(pilot, lambda: seen and app.screen is main)
         await pilot.pause(0.2)
         assert seen == [None] and app.screen is main
+        # Esc was taken between two groups, not once the form was whole: the rest never mounted
+        assert not screen.ready
         assert engine.set_spec_calls == calls
         # and it opens whole the next time
         await open_settings(pilot, app)

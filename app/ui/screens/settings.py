@@ -206,7 +206,9 @@ class SettingsScreen(Screen[SettingsResult | None]):
 
     def on_mount(self) -> None:
         self.query_one("#sw-auto", Switch).focus()
-        self.call_later(self._mount_next)
+        # the next group on a timer, not call_later: Textual runs queued callbacks before a key
+        # that came meanwhile, so a chain of them would hold Esc until the last group was in
+        self.set_timer(0.01, self._mount_next)
 
     async def _mount_next(self) -> None:
         if self._ready or self._dismissing:
@@ -214,7 +216,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
         group = next(self._to_mount, None)
         if group is not None:
             await self.query_one("#s-scroll", VerticalScroll).mount_all(group)
-            self.call_later(self._mount_next)
+            self.set_timer(0.01, self._mount_next)
             return
         self._ready = True
         self._revalidate()
