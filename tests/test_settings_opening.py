@@ -98,3 +98,21 @@ async def test_ctrl_s_while_the_pane_opens_applies_the_form_once_it_is_whole(mon
         await pilot.press("ctrl+s")
         await until(pilot, lambda: app.screen is main)
         assert [t.value for t in app.config.spec.types] == ["ngram-simple", "ngram-mod"]
+
+
+async def test_a_build_s_progress_and_end_reach_a_pane_still_opening():
+    """A static build started in an earlier pane may report to a pane that is still mounting its
+    groups: its lookup section is not there yet, and nothing fails (the soak's crash: NoMatches)."""
+    app, engine = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot, app)
+        app.post_message(events.Key("f3", None))
+        await until(pilot, lambda: isinstance(app.screen, SettingsScreen) and app.screen.is_mounted)
+        screen = app.screen
+        assert not screen.ready and not screen.query("#lc-progress")
+        screen.show_build_progress(3, 10, "saved chats")
+        assert "learning from saved chats" in str(screen.query_one("#s-status").render())
+        screen.show_build_done({"entries": 1234}, None, None)
+        assert "static cache built: 1,234 entries" in str(screen.query_one("#s-status").render())
+        await until(pilot, lambda: screen.ready)
+        assert app.is_running and not screen.query_one("#lc-progress").display

@@ -493,19 +493,26 @@ class SettingsScreen(Screen[SettingsResult | None]):
         lines.append("The dynamic cache learns from each reply and is saved after it and on exit.")
         return "\n".join(lines)
 
+    # A build's progress and end may come to a pane that is still mounting its groups (one opened
+    # while a build started from an earlier one runs): the lookup section's widgets are then not
+    # there yet, and only what is mounted is updated.
+
     def show_build_progress(self, done: int, total: int, name: str) -> None:
-        bar = self.query_one("#lc-progress", ProgressBar)
-        bar.display = True
-        bar.update(total=total or None, progress=done)
+        for bar in self.query("#lc-progress").results(ProgressBar):
+            bar.display = True
+            bar.update(total=total or None, progress=done)
         self.query_one("#s-status", Static).update(f"learning from {name}…")
 
     def show_build_done(self, info: dict | None, error: str | None, lookup: dict | None) -> None:
         self._building = False
-        self.query_one("#lc-progress", ProgressBar).display = False
+        for bar in self.query("#lc-progress").results(ProgressBar):
+            bar.display = False
         for bid, disabled in (("#lc-chats", False), ("#lc-files", False), ("#lc-cancel", True)):
-            self.query_one(bid, Button).disabled = disabled
+            for button in self.query(bid).results(Button):
+                button.disabled = disabled
         self.lookup = lookup or self.lookup
-        self.query_one("#lookup-info", Static).update(self._lookup_text())
+        for text in self.query("#lookup-info").results(Static):
+            text.update(self._lookup_text())
         status = self.query_one("#s-status", Static)
         if error:
             status.update(f"static cache: {error}")
