@@ -229,7 +229,7 @@ def _bind_backend_api(lib) -> None:
 
 def _ggml_devices() -> dict:
     """The backend registries and devices ggml knows, from its public C API."""
-    import llama_cpp  # noqa: F401  (loads libllama and with it libggml)
+    __import__("llama_cpp")  # loads libllama and with it libggml
     lib = _load_ggml("ggml")
     _bind_backend_api(lib)
     backends = []
@@ -404,141 +404,153 @@ def _err(v: Any) -> str | None:
     return v["error"] if isinstance(v, dict) and "error" in v else None
 
 
-def format_text(r: dict) -> str:
-    lines: list[str] = []
+class _Text:
+    """The plain-text report's lines, built a section at a time."""
 
-    def head(title: str) -> None:
-        if lines:
-            lines.append("")
-        lines.append(title)
+    def __init__(self) -> None:
+        self.lines: list[str] = []
 
-    def row(key: str, value: Any) -> None:
-        lines.append(f"  {key:<24} {value}")
+    def head(self, title: str) -> None:
+        if self.lines:
+            self.lines.append("")
+        self.lines.append(title)
 
-    def block(title: str, data: Any, keys: list[tuple[str, str]]) -> None:
-        head(title)
+    def row(self, key: str, value: Any) -> None:
+        self.lines.append(f"  {key:<24} {value}")
+
+    def section(self, title: str, data: Any) -> bool:
+        """Start a section; False (its error shown as its one row) when ``data`` is an error."""
+        self.head(title)
         if _err(data):
-            row("error", _err(data))
-            return
-        for label, key in keys:
-            if key in data and data[key] is not None:
-                row(label, data[key])
+            self.row("error", _err(data))
+            return False
+        return True
 
-    block("draftlight", r["draftlight"], [("version", "version"), ("location", "location")])
+    def block(self, title: str, data: Any, keys: list[tuple[str, str]]) -> None:
+        """A section of ``label: data[key]`` rows, the keys missing or None left out."""
+        if self.section(title, data):
+            for label, key in keys:
+                if key in data and data[key] is not None:
+                    self.row(label, data[key])
+
+
+def _text_about(t: _Text, r: dict) -> None:
+    """draftlight, Python, the platform, the packages and llama.cpp."""
+    t.block("draftlight", r["draftlight"], [("version", "version"), ("location", "location")])
     if isinstance(r["draftlight"], dict) and "command" in r["draftlight"]:
-        row("command", " ".join(r["draftlight"]["command"]))
-    block("Python", r["python"], [("version", "version"), ("implementation", "implementation"),
-                                  ("executable", "executable")])
-    block("Platform", r["platform"], [("platform", "platform"), ("machine", "machine"),
-                                      ("distro", "distro"), ("macOS", "macos"), ("libc", "libc"),
-                                      ("CPUs (logical)", "cpu_count")])
-    head("Packages")
+        t.row("command", " ".join(r["draftlight"]["command"]))
+    t.block("Python", r["python"], [("version", "version"), ("implementation", "implementation"),
+                                    ("executable", "executable")])
+    t.block("Platform", r["platform"], [("platform", "platform"), ("machine", "machine"),
+                                        ("distro", "distro"), ("macOS", "macos"), ("libc", "libc"),
+                                        ("CPUs (logical)", "cpu_count")])
     pk = r["packages"]
-    if _err(pk):
-        row("error", _err(pk))
-    else:
+    if t.section("Packages", pk):
         for name, v in pk.items():
-            row(name, v or "not installed")
-    block("llama.cpp", r["llama_cpp"], [("llama-cpp-python", "version"), ("ggml version", "ggml_version"),
-                                        ("ggml commit", "ggml_commit"), ("library folder", "lib_dir"),
-                                        ("max devices", "max_devices"), ("mmap", "supports_mmap"),
-                                        ("mlock", "supports_mlock"), ("RPC", "supports_rpc")])
+            t.row(name, v or "not installed")
+    t.block("llama.cpp", r["llama_cpp"], [("llama-cpp-python", "version"), ("ggml version", "ggml_version"),
+                                          ("ggml commit", "ggml_commit"), ("library folder", "lib_dir"),
+                                          ("max devices", "max_devices"), ("mmap", "supports_mmap"),
+                                          ("mlock", "supports_mlock"), ("RPC", "supports_rpc")])
     sysinfo = r["llama_cpp"].get("system_info") if isinstance(r["llama_cpp"], dict) else None
     if sysinfo:
-        row("system info", sysinfo)
+        t.row("system info", sysinfo)
 
-    head("RPC (other machines' devices)")
-    rp = r.get("rpc") or {}
-    if _err(rp):
-        row("error", _err(rp))
-    else:
-        row("RPC in this build", f"yes (protocol {rp.get('protocol')})" if rp.get("built")
-            else f"no; to serve or use other machines, install with: {rp.get('install')}")
-        for sv in rp.get("servers", []):
-            if sv.get("ok"):
-                mems = "; ".join(f"{human_size(d['memory_free'])} free of {human_size(d['memory_total'])}"
-                                 for d in sv.get("devices", []))
-                row(sv["endpoint"], f"reachable, protocol {sv['version']}, {len(sv.get('devices', []))} "
-                                    f"device(s): {mems}")
-            else:
-                row(sv["endpoint"], f"UNUSABLE: {sv.get('error')}")
-        if not rp.get("servers"):
-            row("servers", "none given (draftlight doctor --rpc HOST:PORT, or model.rpc in config.toml)")
 
-    head("Backends and devices")
-    if _err(r["backends"]):
-        row("error", _err(r["backends"]))
-    else:
-        row("backends", ", ".join(f"{b['name']} ({b['devices']} device{'s' * (b['devices'] != 1)})"
-                                  for b in r["backends"]) or "none registered")
+def _text_rpc(t: _Text, rp: dict) -> None:
+    """Whether this build has RPC, and each RPC server given: reachable (its devices) or why not."""
+    if not t.section("RPC (other machines' devices)", rp):
+        return
+    t.row("RPC in this build", f"yes (protocol {rp.get('protocol')})" if rp.get("built")
+          else f"no; to serve or use other machines, install with: {rp.get('install')}")
+    for sv in rp.get("servers", []):
+        if sv.get("ok"):
+            mems = "; ".join(f"{human_size(d['memory_free'])} free of {human_size(d['memory_total'])}"
+                             for d in sv.get("devices", []))
+            t.row(sv["endpoint"], f"reachable, protocol {sv['version']}, {len(sv.get('devices', []))} "
+                                  f"device(s): {mems}")
+        else:
+            t.row(sv["endpoint"], f"UNUSABLE: {sv.get('error')}")
+    if not rp.get("servers"):
+        t.row("servers", "none given (draftlight doctor --rpc HOST:PORT, or model.rpc in config.toml)")
+
+
+def _text_devices(t: _Text, r: dict) -> None:
+    """The backends and their devices, the CPU's extra buffer types, GPU offload and the defaults."""
+    if t.section("Backends and devices", r["backends"]):
+        t.row("backends", ", ".join(f"{b['name']} ({b['devices']} device{'s' * (b['devices'] != 1)})"
+                                    for b in r["backends"]) or "none registered")
         for d in r["devices"]:
             mem = f"{human_size(d['memory_free'])} free of {human_size(d['memory_total'])}" \
                 if d.get("memory_total") else "memory unknown"
-            row(f"[{d['index']}] {d['name']}", f"{d['type']}, {d['description']}; {mem}")
+            t.row(f"[{d['index']}] {d['name']}", f"{d['type']}, {d['description']}; {mem}")
     cx = r.get("cpu_extra_bufts") or {}
-    row("CPU extra bufts", _err(cx) or f"{cx.get('state')}; --extra-bufts on|repack|off forces it")
+    t.row("CPU extra bufts", _err(cx) or f"{cx.get('state')}; --extra-bufts on|repack|off forces it")
     gpu = r["gpu_offload"]
-    row("GPU offload", _err(gpu) or ("available" if gpu else "no device to offload to (the CPU only)"))
+    t.row("GPU offload", _err(gpu) or ("available" if gpu else "no device to offload to (the CPU only)"))
     d = r["defaults"]
     if _err(d):
-        row("defaults", _err(d))
+        t.row("defaults", _err(d))
     else:
-        row("default -ngl", f"{d['n_gpu_layers']}" + (" (everything on the GPU)" if d["n_gpu_layers"] else
-                                                        " (CPU only)"))
-        row("default threads", f"{d['threads']} (physical cores)")
+        t.row("default -ngl", f"{d['n_gpu_layers']}" + (" (everything on the GPU)" if d["n_gpu_layers"] else
+                                                          " (CPU only)"))
+        t.row("default threads", f"{d['threads']} (physical cores)")
 
-    head("Folders")
-    p = r["paths"]
-    if _err(p):
-        row("error", _err(p))
-    else:
-        for key in ("config", "data", "cache", "models", "lookup"):
-            info = p[key]
-            state = (f"{human_size(info.get('size'))} in {info.get('files')} files"
-                     + (" (more not counted)" if info.get("truncated") else "")) if info["exists"] else "not created yet"
-            row(key, f"{info['path']}  [{state}]")
-        cf = r["config"]
-        if _err(cf) and "path" not in cf:
-            row("config file", _err(cf))
-        else:
-            note = "exists" if cf.get("exists") else "not created (defaults in use)"
-            if cf.get("error"):
-                note = f"INVALID: {cf['error']}"
-            elif cf.get("problems"):
-                note = "HAS PROBLEMS (their defaults are used): " + "; ".join(cf["problems"])
-            row("config file", f"{cf['path']}  [{note}]")
-            for k, v in (cf.get("model") or {}).items():
-                if v is not None:
-                    row(f"  config model.{k}", v)
 
-    head("Default model")
-    m = r["default_model"]
-    if _err(m):
-        row("error", _err(m))
-    else:
-        row("name", m.get("name"))
-        row("path", m.get("path"))
+def _text_folders(t: _Text, p: dict, cf: dict) -> None:
+    """Each folder (its size, or not created yet) and the config file (its state, its model keys)."""
+    if not t.section("Folders", p):
+        return
+    for key in ("config", "data", "cache", "models", "lookup"):
+        info = p[key]
+        state = (f"{human_size(info.get('size'))} in {info.get('files')} files"
+                 + (" (more not counted)" if info.get("truncated") else "")) if info["exists"] else "not created yet"
+        t.row(key, f"{info['path']}  [{state}]")
+    if _err(cf) and "path" not in cf:
+        t.row("config file", _err(cf))
+        return
+    note = "exists" if cf.get("exists") else "not created (defaults in use)"
+    if cf.get("error"):
+        note = f"INVALID: {cf['error']}"
+    elif cf.get("problems"):
+        note = "HAS PROBLEMS (their defaults are used): " + "; ".join(cf["problems"])
+    t.row("config file", f"{cf['path']}  [{note}]")
+    for k, v in (cf.get("model") or {}).items():
+        if v is not None:
+            t.row(f"  config model.{k}", v)
+
+
+def _text_model_and_desktop(t: _Text, m: dict, dk: dict) -> None:
+    """The default model (assembled and verified, or not yet) and the desktop launcher."""
+    if t.section("Default model", m):
+        t.row("name", m.get("name"))
+        t.row("path", m.get("path"))
         if m.get("exists"):
-            row("state", f"{human_size(m.get('size'))}, "
-                + ("checksum verified" if m.get("verified") else "NOT verified (re-checked on next run)"))
+            t.row("state", f"{human_size(m.get('size'))}, "
+                  + ("checksum verified" if m.get("verified") else "NOT verified (re-checked on next run)"))
         else:
-            row("state", "not assembled yet (happens on first run)")
-        row("sha256 expected", m.get("sha256_expected"))
-
-    head("Desktop")
-    dk = r["desktop"]
-    if _err(dk):
-        row("error", _err(dk))
-    else:
-        row("launcher", "installed" if dk.get("installed") else "not installed (draftlight install-desktop)")
+            t.row("state", "not assembled yet (happens on first run)")
+        t.row("sha256 expected", m.get("sha256_expected"))
+    if t.section("Desktop", dk):
+        t.row("launcher", "installed" if dk.get("installed") else "not installed (draftlight install-desktop)")
         for f in dk.get("files", []):
-            row("", f)
+            t.row("", f)
 
+
+def format_text(r: dict) -> str:
+    """The report ``collect`` made, as the plain text ``draftlight doctor`` prints: one section per
+    part, a failed part shown by its error."""
+    t = _Text()
+    _text_about(t, r)
+    _text_rpc(t, r.get("rpc") or {})
+    _text_devices(t, r)
+    _text_folders(t, r["paths"], r["config"])
+    _text_model_and_desktop(t, r["default_model"], r["desktop"])
     env = r["environment"]
     if env and not _err(env):
-        head("Environment")
+        t.head("Environment")
         for k, v in env.items():
-            row(k, v)
-    lines.append("")
-    lines.append(f"(collected in {r['doctor_seconds']:.2f} s)")
-    return "\n".join(lines)
+            t.row(k, v)
+    t.lines.append("")
+    t.lines.append(f"(collected in {r['doctor_seconds']:.2f} s)")
+    return "\n".join(t.lines)

@@ -62,28 +62,18 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import CliError
     cfg = config_mod.load_for_command(args.no_config)
     text = read_prompt(args)
     # no --spec-type and no types in config.toml: auto
     spec = default_spec(args, cfg.spec, from_file=not args.no_config and spec_types_configured())
     sampling = sampling_from_args(args, cfg.sampling)
     mopts = model_options_from_args(args, cfg.model)
-    max_tokens = args.max_tokens if args.max_tokens is not None else 512
-    if max_tokens <= 0:
-        raise CliError("--max-tokens must be at least 1")
-    use_store = uses_type(spec, SpecType.NGRAM_CACHE) and not getattr(args, "no_lookup_store", False)
-    max_mib = getattr(args, "lookup_max_mib", None)
-    if max_mib is not None and max_mib <= 0:
-        raise CliError("--lookup-max-mib must be positive")
-    sta = spec.ngram_cache.lookup_cache_static
-    if uses_type(spec, SpecType.NGRAM_CACHE) and sta and not os.path.isfile(sta):
-        # before loading the model: llama.cpp refuses a static cache it cannot open
-        raise CliError(str(LookupCacheError(sta, "static", "No such file or directory")))
+    max_tokens, use_store, max_mib = _limits(args, spec)
     try:
         # with the lookup store, the chain is built once the store has loaded the caches
         engine = open_engine(mopts, spec, progress=stderr_progress, build_chain=not use_store)
     except LookupCacheError as e:
+        from .cli import CliError
         raise CliError(str(e)) from None
     store = None
     try:
@@ -93,27 +83,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"draftlight: warning: {name} is off: {why}", file=sys.stderr)
         for warning in auto_warnings(spec, engine.auto_plan):
             print(f"draftlight: warning: {warning}", file=sys.stderr)
-        if args.raw:
-            prompt = engine.prompt_tokens(text=text, raw=True)
-        else:
-            messages = []
-            system = args.system if args.system is not None else cfg.system_prompt
-            if system:
-                messages.append({"role": "system", "content": system})
-            messages.append({"role": "user", "content": text})
-            prompt = engine.prompt_tokens(messages=messages)
-        result = None
+        prompt = _prompt_tokens(engine, args, cfg, text)
         out = sys.stdout
         stop = list(args.stop) + ([] if args.raw else list(engine.template.stop_strings))
-        for ev in engine.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop):
-            if isinstance(ev, StepEvent) and not args.json:
-                piece = "".join(t.text for t in ev.tokens)
-                if piece:
-                    out.write(piece)
-                    out.flush()
-            elif isinstance(ev, FinishEvent):
-                result = ev.result
-        assert result is not None
+        result = _stream(engine, prompt, out, max_tokens=max_tokens, sampling=sampling, stop=stop, quiet=args.json)
         lookup = None
         if store is not None:
             lookup = _learn_and_save(store, engine, prompt, result)
@@ -122,35 +95,84 @@ def run(args: argparse.Namespace) -> int:
             if lookup is not None:
                 d["lookup"] = lookup
             json.dump(d, out, ensure_ascii=False)
-            out.write("\n")
-        else:
-            out.write("\n")
+        out.write("\n")
         if result.stats.synthetic:
             print("draftlight: warning: synthetic acceptance is on: the output is not valid", file=sys.stderr)
         if args.stats:
-            s = result.stats
-            print(f"{s.n_generated} tokens, {s.tokens_per_s:.1f} tokens/s, drafted {s.n_drafted}, "
-                  f"accepted {s.n_accepted} ({(s.acceptance_rate or 0) * 100:.1f}%), finish: {result.finish_reason}",
-                  file=sys.stderr)
-            for line in engine.chain.print_stats():
-                print(line, file=sys.stderr)
-            if engine.auto_plan:
-                print("auto: " + ", ".join(f"{c.name} {'on' if c.used else 'off'}" for c in engine.auto_plan),
-                      file=sys.stderr)
-            if s.controller is not None:
-                for line in s.controller.summary():
-                    print(f"controller: {line}", file=sys.stderr)
-            if lookup is not None:
-                src = lookup["sources"]
-                print("ngram-cache drafted/accepted by cache: " + ", ".join(
-                    f"{k} {v['drafted']}/{v['accepted']}" for k, v in src.items()), file=sys.stderr)
-                sv = lookup.get("save") or {}
-                if not sv.get("error") and not sv.get("skipped"):
-                    print(f"lookup: dynamic cache {sv['ngrams']} n-grams, {sv['entries']} entries "
-                          f"(+{sv['added_entries']}) saved to {sv['path']}", file=sys.stderr)
+            _print_stats(engine, result, lookup)
     finally:
         engine.close()
     return 0
+
+
+def _limits(args: argparse.Namespace, spec: SpecParams) -> tuple[int, bool, float | None]:
+    """``(max_tokens, use the lookup store, its cap in MiB)``, checked before the model loads (a
+    static lookup cache that cannot be opened is refused here, as llama.cpp would refuse it)."""
+    from .cli import CliError
+    max_tokens = args.max_tokens if args.max_tokens is not None else 512
+    if max_tokens <= 0:
+        raise CliError("--max-tokens must be at least 1")
+    use_store = uses_type(spec, SpecType.NGRAM_CACHE) and not getattr(args, "no_lookup_store", False)
+    max_mib = getattr(args, "lookup_max_mib", None)
+    if max_mib is not None and max_mib <= 0:
+        raise CliError("--lookup-max-mib must be positive")
+    sta = spec.ngram_cache.lookup_cache_static
+    if uses_type(spec, SpecType.NGRAM_CACHE) and sta and not os.path.isfile(sta):
+        raise CliError(str(LookupCacheError(sta, "static", "No such file or directory")))
+    return max_tokens, use_store, max_mib
+
+
+def _prompt_tokens(engine, args: argparse.Namespace, cfg, text: str) -> list[int]:
+    """The prompt's tokens: ``text`` as it is (``--raw``), else as the user's turn after the system
+    prompt (``--system``, else config.toml's), through the chat template."""
+    if args.raw:
+        return engine.prompt_tokens(text=text, raw=True)
+    messages = []
+    system = args.system if args.system is not None else cfg.system_prompt
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": text})
+    return engine.prompt_tokens(messages=messages)
+
+
+def _stream(engine, prompt, out, *, max_tokens: int, sampling, stop: list[str], quiet: bool):
+    """Generate, writing each step's text to ``out`` as it comes (not when ``quiet``); the result."""
+    result = None
+    for ev in engine.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop):
+        if isinstance(ev, StepEvent) and not quiet:
+            piece = "".join(t.text for t in ev.tokens)
+            if piece:
+                out.write(piece)
+                out.flush()
+        elif isinstance(ev, FinishEvent):
+            result = ev.result
+    assert result is not None
+    return result
+
+
+def _print_stats(engine, result, lookup: dict | None) -> None:
+    """``--stats``: the speed and acceptance, each speculator's figures, Automatic's plan, the
+    controller's summary and the lookup caches' share, to stderr."""
+    s = result.stats
+    print(f"{s.n_generated} tokens, {s.tokens_per_s:.1f} tokens/s, drafted {s.n_drafted}, "
+          f"accepted {s.n_accepted} ({(s.acceptance_rate or 0) * 100:.1f}%), finish: {result.finish_reason}",
+          file=sys.stderr)
+    for line in engine.chain.print_stats():
+        print(line, file=sys.stderr)
+    if engine.auto_plan:
+        print("auto: " + ", ".join(f"{c.name} {'on' if c.used else 'off'}" for c in engine.auto_plan),
+              file=sys.stderr)
+    if s.controller is not None:
+        for line in s.controller.summary():
+            print(f"controller: {line}", file=sys.stderr)
+    if lookup is not None:
+        src = lookup["sources"]
+        print("ngram-cache drafted/accepted by cache: " + ", ".join(
+            f"{k} {v['drafted']}/{v['accepted']}" for k, v in src.items()), file=sys.stderr)
+        sv = lookup.get("save") or {}
+        if not sv.get("error") and not sv.get("skipped"):
+            print(f"lookup: dynamic cache {sv['ngrams']} n-grams, {sv['entries']} entries "
+                  f"(+{sv['added_entries']}) saved to {sv['path']}", file=sys.stderr)
 
 
 def _open_store(engine, spec: SpecParams, max_mib: float | None):

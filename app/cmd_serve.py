@@ -62,8 +62,51 @@ def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("aiohttp") is None:
         raise CliError("`draftlight serve` needs aiohttp: python -m pip install aiohttp")
     from .runner import RunnerEngine, RunnerError
-    from .serve import ServeError, check_bind, start_server
+    from .serve import ServeError, start_server
 
+    api_key, warnings, spec, sampling, mopts = _settings(args)
+    try:
+        engine = RunnerEngine(mopts, spec, stderr_progress)
+    except RunnerError as e:
+        raise CliError(str(e)) from None
+    store = None
+    handle = None
+    try:
+        resources = None
+        if uses_type(spec, SpecType.NGRAM_CACHE) and not args.no_lookup_store:
+            store, resources = _open_store(engine, spec, args.lookup_learn)
+        engine.set_spec(spec, resources=resources)
+        _warn([*engine.load_warnings, *(f"{name} is off: {why}" for name, why in engine.chain.skipped.items()),
+               *auto_warnings(spec, engine.auto_plan), *warnings])
+        logging.basicConfig(level=logging.WARNING, format="draftlight: %(message)s")
+        logging.getLogger("draftlight.serve").setLevel(logging.INFO)
+        try:
+            handle = start_server(engine, args.host, args.port, api_key=api_key, model_id=args.alias,
+                                  sampling=sampling, max_tokens=None if args.n_predict == -1 else args.n_predict,
+                                  learn=_learner(store) if args.lookup_learn and store is not None else None)
+        except ServeError as e:
+            raise CliError(str(e)) from None
+        names = ", ".join(s.name for s in engine.chain.speculators) or "none"
+        print(f"draftlight: serving {engine.model.path} as {handle.model_id} on "
+              f"{handle.url} (OpenAI's API under {handle.url}/v1; speculation: {names}"
+              f"{'; the lookup caches learn what is served' if handle.worker.learn else ''}); Ctrl+C stops",
+              file=sys.stderr, flush=True)
+        _wait_until_stopped(handle)
+        print("draftlight: stopping", file=sys.stderr)
+    finally:
+        if handle is not None:
+            handle.close()
+        if store is not None:
+            store.close()
+        engine.close()
+    return 0
+
+
+def _settings(args: argparse.Namespace):
+    """``(api_key, the bind's warnings, spec, sampling, model options)``, every flag checked before
+    the model loads (the address and key, the port free, ``--n-predict``, ``--lookup-learn``)."""
+    from .cli import CliError
+    from .serve import ServeError, check_bind
     api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
     try:
         warnings = check_bind(args.host, api_key)
@@ -82,67 +125,40 @@ def run(args: argparse.Namespace) -> int:
                        "in --spec-type, without --no-lookup-store")
     from .cmd_rpc import check_port_free
     check_port_free(args.host, args.port)
+    return api_key, warnings, spec, sampling, mopts
 
-    try:
-        engine = RunnerEngine(mopts, spec, stderr_progress)
-    except RunnerError as e:
-        raise CliError(str(e)) from None
-    store = None
-    handle = None
-    try:
-        resources = None
-        if uses_type(spec, SpecType.NGRAM_CACHE) and not args.no_lookup_store:
-            store, store_warnings = engine.open_store(spec)
-            for w in store_warnings:
-                print(f"draftlight: warning: {w}", file=sys.stderr)
-            resources = store.resources() if store is not None else None
-            if args.lookup_learn and store is None:
-                print("draftlight: warning: --lookup-learn: the lookup caches could not be opened; "
-                      "served conversations are not learned", file=sys.stderr)
-        engine.set_spec(spec, resources=resources)
-        for w in engine.load_warnings:
-            print(f"draftlight: warning: {w}", file=sys.stderr)
-        for name, why in engine.chain.skipped.items():
-            print(f"draftlight: warning: {name} is off: {why}", file=sys.stderr)
-        for w in auto_warnings(spec, engine.auto_plan):
-            print(f"draftlight: warning: {w}", file=sys.stderr)
-        for w in warnings:
-            print(f"draftlight: warning: {w}", file=sys.stderr)
-        logging.basicConfig(level=logging.WARNING, format="draftlight: %(message)s")
-        logging.getLogger("draftlight.serve").setLevel(logging.INFO)
-        try:
-            handle = start_server(engine, args.host, args.port, api_key=api_key, model_id=args.alias,
-                                  sampling=sampling, max_tokens=None if args.n_predict == -1 else args.n_predict,
-                                  learn=_learner(store) if args.lookup_learn and store is not None else None)
-        except ServeError as e:
-            raise CliError(str(e)) from None
-        names = ", ".join(s.name for s in engine.chain.speculators) or "none"
-        print(f"draftlight: serving {engine.model.path} as {handle.model_id} on "
-              f"{handle.url} (OpenAI's API under {handle.url}/v1; speculation: {names}"
-              f"{'; the lookup caches learn what is served' if handle.worker.learn else ''}); Ctrl+C stops",
-              file=sys.stderr, flush=True)
-        stop = threading.Event()
 
-        def on_signal(signum, _frame) -> None:
-            stop.set()
-        old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM,) if threading.current_thread()
-               is threading.main_thread()}
-        try:
-            while not stop.is_set() and not handle.wait(0.5):
-                pass
-        except KeyboardInterrupt:
+def _open_store(engine, spec, learn: bool):
+    """The model's lookup caches in the runner: ``(store or None, their resources or None)``; what
+    went wrong is a warning (the server runs without them)."""
+    store, store_warnings = engine.open_store(spec)
+    _warn(store_warnings)
+    if learn and store is None:
+        _warn(["--lookup-learn: the lookup caches could not be opened; served conversations are not learned"])
+    return store, (store.resources() if store is not None else None)
+
+
+def _warn(warnings) -> None:
+    for w in warnings:
+        print(f"draftlight: warning: {w}", file=sys.stderr)
+
+
+def _wait_until_stopped(handle) -> None:
+    """Block until the server ends, Ctrl+C or SIGTERM (its handler put back after)."""
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        stop.set()
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM,) if threading.current_thread()
+           is threading.main_thread()}
+    try:
+        while not stop.is_set() and not handle.wait(0.5):
             pass
-        finally:
-            for sig, h in old.items():
-                signal.signal(sig, h)
-        print("draftlight: stopping", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
     finally:
-        if handle is not None:
-            handle.close()
-        if store is not None:
-            store.close()
-        engine.close()
-    return 0
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _learner(store):

@@ -203,6 +203,71 @@ class VocabUnreadable(ValueError):
     """The file's metadata has no vocabulary llama.cpp could load."""
 
 
+#: ``tokenizer.ggml.model`` → (llama.cpp's vocab type, its default BOS id, its default EOS id)
+_VOCAB_TYPES: dict[str, tuple[int, int, int]] = {
+    "llama": (1, 1, 2), "bert": (3, 101, NULL), "gpt2": (2, 11, 11), "hybriddna": (2, 11, 11),
+    "whitespace": (2, 11, 11), "t5": (4, NULL, 1), "rwkv": (5, NULL, NULL), "test": (7, NULL, NULL),
+    "plamo2": (6, 1, 2), "gemma4": (2, NULL, NULL),
+}
+#: vocab type → its default (add BOS, add EOS); BPE (2) reads them from the pre-tokenizer
+_VOCAB_ADDS: dict[int, tuple[bool, bool]] = {1: (True, False), 3: (True, False), 4: (False, True), 5: (False, False)}
+
+
+def _vocab_defaults(model: str, pre: str) -> tuple[int, int, int, bool, bool, bool]:
+    """``(vtype, bos, eos, add_bos, add_eos, gemma4)`` before the file's own keys: the vocab type's
+    defaults, and for BPE the pre-tokenizer's (no BOS, BOS added, Gemma 4's forced BOS)."""
+    if model not in _VOCAB_TYPES:
+        raise VocabUnreadable(f"unknown tokenizer: {model!r}")
+    vtype, bos, eos = _VOCAB_TYPES[model]
+    if model == "gemma4":
+        pre = "gemma4"
+    add_bos, add_eos = _VOCAB_ADDS.get(vtype, (False, False))
+    gemma4 = False
+    if vtype == 2:
+        if pre in _BPE_PRE_NO_BOS:
+            bos = NULL
+        if pre in _BPE_PRE_ADD_BOS:
+            add_bos = True
+        gemma4 = pre in _BPE_PRE_GEMMA4
+    return vtype, bos, eos, add_bos, add_eos, gemma4
+
+
+def _special_id(info, default: int, key: str, n: int) -> int:
+    """A special token's id: the default (dropped when out of range), or the file's ``key`` read as
+    uint32 where it is in range."""
+    tid = default
+    if tid >= 0 and tid >= n:
+        tid = NULL
+    v = info.get_int(key)
+    if v is not None:
+        v &= 0xFFFFFFFF  # read as uint32
+        if v < n:
+            tid = v
+    return tid
+
+
+def _token_texts(raw: list, model: str, n: int) -> list:
+    """The token texts as llama.cpp keeps them: cut at a NUL, an empty one named ``[EMPTY_i]``; for
+    ``hybriddna``, the k-mer marker dropped from the tokens after the (last) ``<oov>``."""
+    out = list(raw)
+    for i, b in enumerate(raw):
+        if not b or b"\0" in b:
+            b = b.split(b"\0", 1)[0]
+            out[i] = b if b else f"[EMPTY_{i}]".encode()
+    if model == "hybriddna":
+        oov = None
+        for i, b in enumerate(out):
+            if b == b"<oov>":
+                oov = i  # token_to_id keeps the last one
+        if oov is not None:
+            m = len(_DNA_KMER_MARKER)
+            for i in range(oov + 1, n):
+                b = out[i]
+                if len(b) > m and b.endswith(_DNA_KMER_MARKER):
+                    out[i] = b[:-m]
+    return out
+
+
 def vocab_of_gguf(src) -> VocabSummary:
     """The check's inputs from a GGUF file's metadata, as llama.cpp's loader derives them.
 
@@ -224,92 +289,24 @@ def vocab_of_gguf(src) -> VocabSummary:
     model = get_str("tokenizer.ggml.model")
     if model is None:
         raise VocabUnreadable("the file has no tokenizer (tokenizer.ggml.model)")
-    pre = get_str("tokenizer.ggml.pre") or ""
-    add_bos = add_eos = False
     if model in ("no_vocab", "none"):
         n = info.get_int(f"{info.architecture}.vocab_size") or 0
         return VocabSummary(0, False, NULL, False, NULL, n, texts=lambda: [b""] * n)
-    if model == "llama":
-        vtype, bos, eos = 1, 1, 2
-    elif model == "bert":
-        vtype, bos, eos = 3, 101, NULL
-    elif model in ("gpt2", "hybriddna", "whitespace"):
-        vtype, bos, eos = 2, 11, 11
-    elif model == "t5":
-        vtype, bos, eos = 4, NULL, 1
-    elif model == "rwkv":
-        vtype, bos, eos = 5, NULL, NULL
-    elif model == "test":
-        vtype, bos, eos = 7, NULL, NULL
-    elif model == "plamo2":
-        vtype, bos, eos = 6, 1, 2
-    elif model == "gemma4":
-        vtype, bos, eos = 2, NULL, NULL
-        pre = "gemma4"
-    else:
-        raise VocabUnreadable(f"unknown tokenizer: {model!r}")
-    gemma4 = False
-    if vtype == 2:
-        if pre in _BPE_PRE_NO_BOS:
-            bos = NULL
-        if pre in _BPE_PRE_ADD_BOS:
-            add_bos = True
-        gemma4 = pre in _BPE_PRE_GEMMA4
-    elif vtype == 1:
-        add_bos, add_eos = True, False
-    elif vtype == 3:
-        add_bos, add_eos = True, False
-    elif vtype == 4:
-        add_bos, add_eos = False, True
-    elif vtype == 5:
-        add_bos, add_eos = False, False
+    vtype, bos, eos, add_bos, add_eos, gemma4 = _vocab_defaults(model, get_str("tokenizer.ggml.pre") or "")
 
     tokens = kv.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, GGUFStringArray):
         raise VocabUnreadable("the file has no token list (tokenizer.ggml.tokens)")
     n = len(tokens)
-
-    def special(default: int, key: str) -> int:
-        tid = default
-        if tid >= 0 and tid >= n:
-            tid = NULL
-        v = info.get_int(key)
-        if v is not None:
-            v &= 0xFFFFFFFF  # read as uint32
-            if v < n:
-                tid = v
-        return tid
-
-    bos = special(bos, "tokenizer.ggml.bos_token_id")
-    eos = special(eos, "tokenizer.ggml.eos_token_id")
+    bos = _special_id(info, bos, "tokenizer.ggml.bos_token_id", n)
+    eos = _special_id(info, eos, "tokenizer.ggml.eos_token_id", n)
     if kt.get("tokenizer.ggml.add_bos_token", (None,))[0] == T_BOOL:
         add_bos = bool(kv["tokenizer.ggml.add_bos_token"])
     if kt.get("tokenizer.ggml.add_eos_token", (None,))[0] == T_BOOL:
         add_eos = bool(kv["tokenizer.ggml.add_eos_token"])
     if gemma4 and not add_bos:
         add_bos = True
-
-    def texts() -> list:
-        raw = tokens.raw()
-        out = list(raw)
-        for i, b in enumerate(raw):
-            if not b or b"\0" in b:
-                b = b.split(b"\0", 1)[0]
-                out[i] = b if b else f"[EMPTY_{i}]".encode()
-        if model == "hybriddna":
-            oov = None
-            for i, b in enumerate(out):
-                if b == b"<oov>":
-                    oov = i  # token_to_id keeps the last one
-            if oov is not None:
-                m = len(_DNA_KMER_MARKER)
-                for i in range(oov + 1, n):
-                    b = out[i]
-                    if len(b) > m and b.endswith(_DNA_KMER_MARKER):
-                        out[i] = b[:-m]
-        return out
-
-    return VocabSummary(vtype, add_bos, bos, add_eos, eos, n, texts=texts)
+    return VocabSummary(vtype, add_bos, bos, add_eos, eos, n, texts=lambda: _token_texts(tokens.raw(), model, n))
 
 
 @dataclass

@@ -251,46 +251,9 @@ class DraftDFlash(_TargetFed):
         self.n_embd_dec = draft_model.n_embd
         self.n_embd_enc = len(self.layer_ids) * self.n_embd_tgt
 
-        bs = draft_model.meta("dflash.block_size")
-        self.block_size = int(bs) if bs is not None and bs.strip().lstrip("-").isdigit() \
-            else DFLASH_DEFAULT_BLOCK_SIZE
-        anchor = _meta_bool(draft_model, "dflash.sample_from_anchor")
-        self.sample_from_anchor = True if anchor is None else anchor
-        self.causal_attn = bool(_meta_bool(draft_model, "dflash.attention.causal"))
-        self.selector_top_k = int(ext.require("llama_model_dflash_selector_top_k")(draft_model.ptr))
-        self.is_dflash2 = self.selector_top_k > 0
-        self.mask_token = int(lc.llama_vocab_mask(draft_model.vocab))
-        if self.mask_token < 0:
-            raise Unavailable(f"the {kind} drafter {draft_model.path} has no mask token "
-                              f"(tokenizer.ggml.mask_token_id)")
-        if self.is_dspark and self.p_min > 0.0 and _meta_bool(draft_model, "dflash.has_confidence_head") is False:
-            raise Unavailable("the DSpark drafter has no confidence head: set --spec-draft-p-min 0")
-
-        # the block is [id_last, <mask> * n]: in-place denoising gives at most block_size - 1
-        # drafts; anchor-first DSpark reads every slot, so a full block_size
-        self.anchor_first = self.is_dspark and self.sample_from_anchor
-        n_draft_max = self.block_size if self.anchor_first else self.block_size - 1
-        if self.n_max_param > n_draft_max or self.n_min > n_draft_max:
-            log.warning("draft-%s: requested draft size (n_max=%d, n_min=%d) exceeds the trained block "
-                        "size %d -- clamping to %d", kind.lower(), self.n_max_param, self.n_min,
-                        self.block_size, n_draft_max)
-            self.n_max_param = min(self.n_max_param, n_draft_max)
-            self.n_min = min(self.n_min, n_draft_max)
-        self.n_max = self.n_max_param
-
-        # common_speculative_init_result + common_base_params_to_speculative for a block drafter
-        per_seq = max(1, int(d.n_max) + 1)
-        overrides = {
-            "ctx_other": target_ctx.ptr,
-            "n_rs_seq": 0,
-            "n_outputs_max": per_seq,
-            "n_outputs_max_per_seq": 1,
-        }
-        try:
-            self.ctx = Context(draft_model, n_ctx=target_ctx.n_ctx, n_batch=target_ctx.n_batch,
-                               n_threads=n_threads or target_ctx.n_threads, overrides=overrides)
-        except ModelError as e:
-            raise Unavailable(f"cannot create the {kind} draft context: {e}") from None
+        self._read_metadata(draft_model)
+        self._clamp_draft_size()
+        self.ctx = self._open_context(draft_model, target_ctx, int(d.n_max), n_threads)
         self.n_ubatch = int(lc.llama_n_ubatch(self.ctx.ptr))
         self.is_mrope = int(lc.llama_model_rope_type(draft_model.ptr)) == int(lc.LLAMA_ROPE_TYPE_MROPE)
         self.batch = lc.llama_batch_init(self.ctx.n_batch, 0, 1)
@@ -317,6 +280,57 @@ class DraftDFlash(_TargetFed):
                  self.p_min, self.block_size, self.mask_token, len(self.layer_ids),
                  self.sample_from_anchor, self.is_dflash2)
         self._attach(target_ctx)
+
+    def _read_metadata(self, draft_model: Model) -> None:
+        """The drafter's block: its size, whether it samples from the anchor, its attention, its
+        DFlash2 selector and mask token; Unavailable where it has no mask token, or (DSpark) no
+        confidence head while ``p_min`` asks for one."""
+        kind = self.kind
+        bs = draft_model.meta("dflash.block_size")
+        self.block_size = int(bs) if bs is not None and bs.strip().lstrip("-").isdigit() \
+            else DFLASH_DEFAULT_BLOCK_SIZE
+        anchor = _meta_bool(draft_model, "dflash.sample_from_anchor")
+        self.sample_from_anchor = True if anchor is None else anchor
+        self.causal_attn = bool(_meta_bool(draft_model, "dflash.attention.causal"))
+        self.selector_top_k = int(ext.require("llama_model_dflash_selector_top_k")(draft_model.ptr))
+        self.is_dflash2 = self.selector_top_k > 0
+        self.mask_token = int(lc.llama_vocab_mask(draft_model.vocab))
+        if self.mask_token < 0:
+            raise Unavailable(f"the {kind} drafter {draft_model.path} has no mask token "
+                              f"(tokenizer.ggml.mask_token_id)")
+        if self.is_dspark and self.p_min > 0.0 and _meta_bool(draft_model, "dflash.has_confidence_head") is False:
+            raise Unavailable("the DSpark drafter has no confidence head: set --spec-draft-p-min 0")
+
+    def _clamp_draft_size(self) -> None:
+        """``n_max``/``n_min`` cut to what one block can draft (with a warning): the block is
+        ``[id_last, <mask> * n]``, so in-place denoising gives at most block_size - 1 drafts;
+        anchor-first DSpark reads every slot, so a full block_size."""
+        self.anchor_first = self.is_dspark and self.sample_from_anchor
+        n_draft_max = self.block_size if self.anchor_first else self.block_size - 1
+        if self.n_max_param > n_draft_max or self.n_min > n_draft_max:
+            log.warning("draft-%s: requested draft size (n_max=%d, n_min=%d) exceeds the trained block "
+                        "size %d -- clamping to %d", self.kind.lower(), self.n_max_param, self.n_min,
+                        self.block_size, n_draft_max)
+            self.n_max_param = min(self.n_max_param, n_draft_max)
+            self.n_min = min(self.n_min, n_draft_max)
+        self.n_max = self.n_max_param
+
+    def _open_context(self, draft_model: Model, target_ctx: Context, n_max: int,
+                      n_threads: int | None) -> Context:
+        """The draft context, sharing the target's (``ctx_other``) for KV injection, with room for
+        a block's outputs (common_speculative_init_result + common_base_params_to_speculative for
+        a block drafter)."""
+        overrides = {
+            "ctx_other": target_ctx.ptr,
+            "n_rs_seq": 0,
+            "n_outputs_max": max(1, n_max + 1),
+            "n_outputs_max_per_seq": 1,
+        }
+        try:
+            return Context(draft_model, n_ctx=target_ctx.n_ctx, n_batch=target_ctx.n_batch,
+                           n_threads=n_threads or target_ctx.n_threads, overrides=overrides)
+        except ModelError as e:
+            raise Unavailable(f"cannot create the {self.kind} draft context: {e}") from None
 
     # -- KV injection of the target's features ---------------------------------------------
     @property

@@ -189,7 +189,81 @@ def read_gguf(path: str | os.PathLike, tensors: bool = True) -> GGUFInfo:
         raise GGUFError(f"truncated or damaged GGUF header ({e})") from None
 
 
+def _read_str(mm: mmap.mmap, o: int, size: int) -> tuple[bytes, int]:
+    """A GGUF string at ``o``: its bytes and the offset after it."""
+    (n,) = _U64.unpack_from(mm, o)
+    o += 8
+    if o + n > size:
+        raise GGUFError("damaged GGUF header (string past the end of the file)")
+    return mm[o:o + n], o + n
+
+
+def _read_array(mm: mmap.mmap, off: int, size: int, key: str) -> tuple[Any, int, int]:
+    """An array value at ``off`` (after its value type): ``(value, element type, offset after)``;
+    strings are left in the file (:class:`GGUFStringArray`), numbers read as a numpy array."""
+    et, count = struct.unpack_from("<IQ", mm, off)
+    off += 12
+    if count > _MAX_COUNT:
+        raise GGUFError(f"damaged GGUF header (array {key} too long)")
+    if et == T_STRING:
+        value: Any = GGUFStringArray(mm, off, count)
+        unpack = _U64.unpack_from
+        for _ in range(count):
+            (n,) = unpack(mm, off)
+            off += 8 + n
+        if off > size:
+            raise GGUFError(f"damaged GGUF header (array {key} past the end of the file)")
+        return value, et, off
+    if et not in _NP_DTYPE:
+        raise GGUFError(f"unsupported array element type {et} for {key}")
+    import numpy as np
+    dt = np.dtype(_NP_DTYPE[et])
+    nbytes = dt.itemsize * count
+    if off + nbytes > size:
+        raise GGUFError(f"damaged GGUF header (array {key} past the end of the file)")
+    value = np.frombuffer(mm, dtype=dt, count=count, offset=off)
+    if et == T_BOOL:
+        value = value.astype(bool)
+    return value, et, off + nbytes
+
+
+def _read_value(mm: mmap.mmap, off: int, size: int, key: str, vt: int) -> tuple[Any, int | None, int]:
+    """The value of type ``vt`` at ``off``: ``(value, element type or None, offset after)``."""
+    if vt == T_ARRAY:
+        return _read_array(mm, off, size, key)
+    if vt == T_STRING:
+        b, off = _read_str(mm, off, size)
+        return b.decode("utf-8", "replace"), None, off
+    if vt in _SCALAR:
+        s = _SCALAR[vt]
+        (value,) = s.unpack_from(mm, off)
+        return value, None, off + s.size
+    raise GGUFError(f"unknown value type {vt} for {key}")
+
+
+def _read_tensor_infos(mm: mmap.mmap, off: int, size: int, n_tensors: int) -> tuple[dict[str, TensorInfo], int]:
+    """The ``n_tensors`` tensor infos at ``off``, by name, and the offset after them."""
+    tens: dict[str, TensorInfo] = {}
+    for _ in range(n_tensors):
+        nb, off = _read_str(mm, off, size)
+        (n_dims,) = _U32.unpack_from(mm, off)
+        off += 4
+        if n_dims > 8:
+            raise GGUFError("damaged GGUF header (tensor with too many dimensions)")
+        shape = struct.unpack_from(f"<{n_dims}Q", mm, off)
+        off += 8 * n_dims
+        gtype, t_off = struct.unpack_from("<IQ", mm, off)
+        off += 12
+        name = nb.decode("utf-8", "replace")
+        if name in tens:
+            raise GGUFError(f"duplicate tensor {name}")
+        tens[name] = TensorInfo(name, tuple(int(d) for d in shape), int(gtype), int(t_off))
+    return tens, off
+
+
 def _parse(mm: mmap.mmap, path: str, size: int, want_tensors: bool) -> GGUFInfo:
+    """The header in ``mm``: the metadata (each key's value, type and byte span), then, if
+    ``want_tensors``, the tensor infos and where the tensor data starts."""
     magic, version, n_tensors, n_kv = _HEADER.unpack_from(mm, 0)
     if magic != b"GGUF":
         raise GGUFError("not a GGUF file (bad magic)")
@@ -199,57 +273,13 @@ def _parse(mm: mmap.mmap, path: str, size: int, want_tensors: bool) -> GGUFInfo:
         raise GGUFError("damaged GGUF header (absurd counts)")
     info = GGUFInfo(path=path, version=version, n_tensors=n_tensors, n_kv=n_kv, file_size=size)
     off = _HEADER.size
-
-    def read_str(o: int) -> tuple[bytes, int]:
-        (n,) = _U64.unpack_from(mm, o)
-        o += 8
-        if o + n > size:
-            raise GGUFError("damaged GGUF header (string past the end of the file)")
-        return mm[o:o + n], o + n
-
     for _ in range(n_kv):
         start = off
-        kb, off = read_str(off)
+        kb, off = _read_str(mm, off, size)
         key = kb.decode("utf-8", "replace")
         (vt,) = _U32.unpack_from(mm, off)
-        off += 4
-        if vt == T_ARRAY:
-            et, count = struct.unpack_from("<IQ", mm, off)
-            off += 12
-            if count > _MAX_COUNT:
-                raise GGUFError(f"damaged GGUF header (array {key} too long)")
-            if et == T_STRING:
-                value: Any = GGUFStringArray(mm, off, count)
-                unpack = _U64.unpack_from
-                for _ in range(count):
-                    (n,) = unpack(mm, off)
-                    off += 8 + n
-                if off > size:
-                    raise GGUFError(f"damaged GGUF header (array {key} past the end of the file)")
-            elif et in _NP_DTYPE:
-                import numpy as np
-                dt = np.dtype(_NP_DTYPE[et])
-                nbytes = dt.itemsize * count
-                if off + nbytes > size:
-                    raise GGUFError(f"damaged GGUF header (array {key} past the end of the file)")
-                value = np.frombuffer(mm, dtype=dt, count=count, offset=off)
-                if et == T_BOOL:
-                    value = value.astype(bool)
-                off += nbytes
-            else:
-                raise GGUFError(f"unsupported array element type {et} for {key}")
-            info.kv_types[key] = (vt, et)
-        elif vt == T_STRING:
-            b, off = read_str(off)
-            value = b.decode("utf-8", "replace")
-            info.kv_types[key] = (vt, None)
-        elif vt in _SCALAR:
-            s = _SCALAR[vt]
-            (value,) = s.unpack_from(mm, off)
-            off += s.size
-            info.kv_types[key] = (vt, None)
-        else:
-            raise GGUFError(f"unknown value type {vt} for {key}")
+        value, et, off = _read_value(mm, off + 4, size, key, vt)
+        info.kv_types[key] = (vt, et)
         if key in info.kv:
             raise GGUFError(f"duplicate key {key}")
         info.kv[key] = value
@@ -257,22 +287,7 @@ def _parse(mm: mmap.mmap, path: str, size: int, want_tensors: bool) -> GGUFInfo:
 
     if want_tensors:
         infos_start = off
-        tens: dict[str, TensorInfo] = {}
-        for _ in range(n_tensors):
-            nb, off = read_str(off)
-            (n_dims,) = _U32.unpack_from(mm, off)
-            off += 4
-            if n_dims > 8:
-                raise GGUFError("damaged GGUF header (tensor with too many dimensions)")
-            shape = struct.unpack_from(f"<{n_dims}Q", mm, off)
-            off += 8 * n_dims
-            gtype, t_off = struct.unpack_from("<IQ", mm, off)
-            off += 12
-            name = nb.decode("utf-8", "replace")
-            if name in tens:
-                raise GGUFError(f"duplicate tensor {name}")
-            tens[name] = TensorInfo(name, tuple(int(d) for d in shape), int(gtype), int(t_off))
-        info.tensors = tens
+        info.tensors, off = _read_tensor_infos(mm, off, size, n_tensors)
         info.infos_span = (infos_start, off)
         align = info.alignment
         if align > 0:

@@ -85,7 +85,7 @@ HELD_OUT = {
 }
 
 
-def main() -> int:
+def _args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model")
     ap.add_argument("-n", type=int, default=160)
@@ -100,53 +100,65 @@ def main() -> int:
                          "bench/chat-questions.txt asked one after another in one chat")
     ap.add_argument("-md", "--draft-model", default=None,
                     help="a draft model: the configuration auto+md is Automatic with it (name it with --spec-type)")
-    a = ap.parse_args()
-    if a.chat == "questions":
+    return ap, ap.parse_args()
+
+
+def _turns(chat: str) -> list[str]:
+    """The user's turns of the conversation ``--chat`` names."""
+    if chat == "questions":
         qfile = Path(__file__).resolve().parent.parent / "bench" / "chat-questions.txt"
-        turns = [q.strip() for q in qfile.read_text(encoding="utf-8").split("\n---\n") if q.strip()]
-    else:
-        turns = TURNS if a.chat == "tuned" else HELD_OUT[a.chat]
+        return [q.strip() for q in qfile.read_text(encoding="utf-8").split("\n---\n") if q.strip()]
+    return TURNS if chat == "tuned" else HELD_OUT[chat]
 
-    from app.options import ModelOptions
-    from speculators.params import SpecParams
-    from speculators.sampling import SamplingParams
-    from speculators.types import NGRAM_TYPES, PRIORITY
 
-    configs = ["none"] + (a.spec_type or ["auto"] + [t.value for t in PRIORITY if t in NGRAM_TYPES])
+class _Bench:
+    """One conversation played under each configuration on one loaded target; what each play
+    drafted, accepted and (with ``--same-text``) would have picked differently is kept."""
 
-    def spec(name: str) -> SpecParams:
+    def __init__(self, ap: argparse.ArgumentParser, a: argparse.Namespace, turns: list[str]):
+        from speculators.types import NGRAM_TYPES, PRIORITY
+        self.ap, self.a, self.turns = ap, a, turns
+        self.configs = ["none"] + (a.spec_type or ["auto"] + [t.value for t in PRIORITY if t in NGRAM_TYPES])
+        # the target loaded as the chat loads it for these configurations (its MTP layers, state
+        # snapshots: speculators.engine.load_plan), as bench loads it for its rows
+        from app.options import ModelOptions
+        from app.runtime import open_engine
+        from speculators.sampling import SamplingParams
+        self.eng = open_engine(ModelOptions(model=a.model, threads=a.threads), build_chain=False,
+                               load_for=[self.spec(c) for c in self.configs])
+        self.stop = tuple(self.eng.template.stop_strings)
+        self.greedy = SamplingParams(temperature=0.0)
+        self.ref_tokens: list[list[int]] = []
+        self.flips: dict[str, int] = {}
+        self.work: dict[str, tuple[int, int]] = {}    # per configuration, its last play: drafted, accepted
+
+    def spec(self, name: str):
+        from speculators.params import SpecParams
         if name == "auto+md":
-            if not a.draft_model:
-                ap.error("auto+md needs -md PATH")
+            if not self.a.draft_model:
+                self.ap.error("auto+md needs -md PATH")
             sp = SpecParams.auto()
-            sp.draft.model = a.draft_model
+            sp.draft.model = self.a.draft_model
             return sp
         return SpecParams() if name == "none" else SpecParams.auto() if name == "auto" else \
             SpecParams.from_types(name)
 
-    # the target loaded as the chat loads it for these configurations (its MTP layers, state
-    # snapshots: speculators.engine.load_plan), as bench loads it for its rows
-    from app.runtime import open_engine
-    eng = open_engine(ModelOptions(model=a.model, threads=a.threads), build_chain=False,
-                      load_for=[spec(c) for c in configs])
-    stop = tuple(eng.template.stop_strings)
-    greedy = SamplingParams(temperature=0.0)
-    ref_tokens: list[list[int]] = []
-
-    def play(name: str, history: list[str] | None) -> tuple[int, float, list[str]]:
+    def play(self, name: str, history: list[str] | None) -> tuple[int, float, list[str]]:
         """The conversation under ``name`` (history: none's replies); (tokens, seconds, replies)."""
-        eng.set_spec(spec(name))         # a fresh chain for the conversation, as a new chat
+        a, eng, work = self.a, self.eng, self.work
+        eng.set_spec(self.spec(name))         # a fresh chain for the conversation, as a new chat
         messages: list[dict] = []
         n_tok, secs, replies = 0, 0.0, []
         work[name] = (0, 0)
-        for i, text in enumerate(turns):
+        for i, text in enumerate(self.turns):
             messages.append({"role": "user", "content": text})
-            forced = ref_tokens[i] if a.same_text and history is not None else None
-            r = eng.run(eng.prompt_tokens(messages), max_tokens=a.n, sampling=greedy, stop=stop, forced=forced)
+            forced = self.ref_tokens[i] if a.same_text and history is not None else None
+            r = eng.run(eng.prompt_tokens(messages), max_tokens=a.n, sampling=self.greedy, stop=self.stop,
+                        forced=forced)
             if history is None:
-                ref_tokens.append(list(r.written))      # through its end: every configuration ends there
+                self.ref_tokens.append(list(r.written))      # through its end: every configuration ends there
             elif forced is not None:
-                flips[name] = flips.get(name, 0) + len(r.stats.forced_flips)
+                self.flips[name] = self.flips.get(name, 0) + len(r.stats.forced_flips)
             n_tok += max(0, r.stats.n_generated - 1)
             secs += r.stats.t_gen_s
             work[name] = (work[name][0] + r.stats.n_drafted, work[name][1] + r.stats.n_accepted)
@@ -154,35 +166,28 @@ def main() -> int:
             messages.append({"role": "assistant", "content": (history[i] if history is not None else r.text).strip()})
         return n_tok, secs, replies
 
-    flips: dict[str, int] = {}
-    work: dict[str, tuple[int, int]] = {}    # per configuration, its last play: drafted, accepted
-    _, _, reference = play("none", None)
-    runs: dict[str, list[float]] = {c: [] for c in configs}
-    same: dict[str, bool] = {c: True for c in configs}
-    tokens: dict[str, int] = {}
-    for rnd in range(a.rounds):
-        order = configs if rnd % 2 == 0 else configs[::-1]
-        for c in order:
-            n, s, replies = play(c, reference)
-            runs[c].append(n / s if s else 0.0)
-            tokens[c] = n
-            same[c] &= ([x.strip() for x in replies] == [x.strip() for x in reference]) if not a.same_text \
-                else not flips.get(c, 0)
-            extra = ""
-            for sp in (eng.chain.speculators if eng.chain is not None else []):
-                if hasattr(sp, "n_catchups"):     # a model drafter: its own work over the conversation
-                    extra += (f"; {sp.name}: drafting {sp.stats.t_draft_us / 1e6:.2f} s, mirroring and "
-                              f"catch-ups {sp.stats.t_process_us / 1e6:.2f} s ({sp.n_catchups} catch-ups, "
-                              f"{sp.n_catchup_tokens} tokens)")
-            print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s, drafted {work[c][0]}, accepted {work[c][1]}"
-                  f"{extra}", file=sys.stderr, flush=True)
+    def drafters_note(self) -> str:
+        """Each model drafter's own work over the last conversation, as a suffix of its line."""
+        extra = ""
+        for sp in (self.eng.chain.speculators if self.eng.chain is not None else []):
+            if hasattr(sp, "n_catchups"):
+                extra += (f"; {sp.name}: drafting {sp.stats.t_draft_us / 1e6:.2f} s, mirroring and "
+                          f"catch-ups {sp.stats.t_process_us / 1e6:.2f} s ({sp.n_catchups} catch-ups, "
+                          f"{sp.n_catchup_tokens} tokens)")
+        return extra
+
+
+def _report(b: _Bench, runs: dict[str, list[float]], tokens: dict[str, int], same: dict[str, bool]) -> None:
+    """The table: each configuration's best and median speed, against none, and whether it wrote
+    none's replies; then Automatic against the fastest fixed type."""
+    configs, same_text, flips = b.configs, b.a.same_text, b.flips
     base = max(runs["none"])
     print(f"{'config':<14} {'tok/s best':>10} {'median':>8} {'x none':>7} {'tokens':>7}  "
-          + ("own picks all none's" if a.same_text else "same as none"))
+          + ("own picks all none's" if same_text else "same as none"))
     for c in configs:
         print(f"{c:<14} {max(runs[c]):10.1f} {statistics.median(runs[c]):8.1f} {max(runs[c]) / base:7.2f} "
               f"{tokens[c]:7d}  {'yes' if same[c] else 'no'}")
-    if a.same_text:
+    if same_text:
         print("--same-text: every configuration wrote none's replies; positions where its own pick differed: "
               + ", ".join(f"{c} {flips.get(c, 0)}" for c in configs if c != "none"))
     fixed = [c for c in configs if c != "none" and not c.startswith("auto")]
@@ -190,8 +195,27 @@ def main() -> int:
         best = max(fixed, key=lambda c: max(runs[c]))
         print(f"auto / fastest fixed type ({best}): {max(runs['auto']) / max(runs[best]):.2f} "
               f"(medians: {statistics.median(runs['auto']) / statistics.median(runs[best]):.2f})")
-    return 0
 
+
+def main() -> int:
+    ap, a = _args()
+    b = _Bench(ap, a, _turns(a.chat))
+    _, _, reference = b.play("none", None)
+    runs: dict[str, list[float]] = {c: [] for c in b.configs}
+    same: dict[str, bool] = {c: True for c in b.configs}
+    tokens: dict[str, int] = {}
+    for rnd in range(a.rounds):
+        order = b.configs if rnd % 2 == 0 else b.configs[::-1]
+        for c in order:
+            n, s, replies = b.play(c, reference)
+            runs[c].append(n / s if s else 0.0)
+            tokens[c] = n
+            same[c] &= ([x.strip() for x in replies] == [x.strip() for x in reference]) if not a.same_text \
+                else not b.flips.get(c, 0)
+            print(f"  round {rnd + 1} {c:<14} {runs[c][-1]:7.1f} tok/s, drafted {b.work[c][0]}, accepted "
+                  f"{b.work[c][1]}{b.drafters_note()}", file=sys.stderr, flush=True)
+    _report(b, runs, tokens, same)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())
