@@ -141,7 +141,7 @@ MODULES: dict[str, Module] = {m.name: m for m in (
            functions=("_sig", "_digest", "_still", "move_aside", "_cleanup_tmp", "_read_cache",
                       "_read_cache_state", "_reason", "_kept_unread", "prune_cache", "learn_tokens",
                       "Learner.new_from", "LookupStore.__init__", "LookupStore._lock_path", "LookupStore.load",
-                      "LookupStore.learn", "LookupStore.save", "LookupStore._save_locked",
+                      "LookupStore.learn", "LookupStore.save", "LookupStore._save_locked", "LookupStore._put_back",
                       "LookupStore.close", "LookupStore.clear_dynamic")),
 )}
 

@@ -460,6 +460,13 @@ class LookupStore:
                 raise LookupStoreError(f"cannot save the dynamic lookup cache {path}: "
                                        f"{e.strerror or e}") from e
 
+    def _put_back(self, pending: NgramCache) -> None:
+        """A save that failed gives its entries back to the delta (with what was learned meanwhile),
+        to be written by the next save."""
+        with self._lock:
+            pending.merge(self.delta)
+            self.delta = pending
+
     def _save_locked(self) -> SaveResult:
         path = self.dynamic_path
         warnings: list[str] = []
@@ -477,9 +484,7 @@ class LookupStore:
             try:
                 atomic_write_bytes(path, data)
             except BaseException:
-                with self._lock:
-                    pending.merge(self.delta)
-                    self.delta = pending
+                self._put_back(pending)
                 raise
             new_state = (_sig(path), _digest(data))
             with self._lock:
@@ -501,9 +506,7 @@ class LookupStore:
             data = disk.to_bytes("insertion")
             atomic_write_bytes(path, data)
         except BaseException:
-            with self._lock:
-                pending.merge(self.delta)
-                self.delta = pending
+            self._put_back(pending)
             raise
         new_state = (_sig(path), _digest(data))
         n_ngrams, n_entries = len(disk), disk.n_entries
