@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import SpeculatorStats, mean_acceptance_length
-from .controller import ControllerStats
+from .controller_stats import ControllerStats
 
 
 @dataclass(slots=True)

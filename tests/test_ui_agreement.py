@@ -12,7 +12,7 @@ import pytest
 from app import config as config_mod
 from app.settings_form import ctx_in_use
 from app.ui.widgets import Legend, StatsPanel, TopBar, align_offsets
-from speculators.controller import ControllerStats
+from speculators.controller_stats import ControllerStats
 from tests.test_ui_app import SCRIPT, make_app, open_settings, ready, send_and_wait, until
 
 #: a reply drafted by two of Automatic's types (the scripted chain under auto runs the n-gram types)

@@ -101,10 +101,16 @@ def tiny_model(name: str) -> Path:
 
 
 def load_base_controller(base: Path):
-    """The ``speculators/controller.py`` of another checkout, loaded as a module of this
-    package (its imports resolve to this checkout's modules)."""
-    src = base / "speculators" / "controller.py"
-    spec = importlib.util.spec_from_file_location("speculators._bench_base_controller", src)
+    """The controller of another checkout (``speculators/controller.py``, or the package
+    ``speculators/controller/`` of later ones), loaded as a module of this package (its imports
+    of other modules resolve to this checkout's)."""
+    folder = base / "speculators" / "controller"
+    if folder.is_dir():
+        spec = importlib.util.spec_from_file_location("speculators._bench_base_controller", folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+    else:
+        spec = importlib.util.spec_from_file_location("speculators._bench_base_controller",
+                                                      base / "speculators" / "controller.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
