@@ -281,7 +281,7 @@ class RunnerEngine(RunnerLifeMixin):
                  stop: Sequence[str] = (), cancel: Callable[[], bool] | None = None,
                  stats_interval_s: float = 0.25, context_shift: bool = False, n_keep: int = 0) -> Iterator[Any]:
         """The engine's events, from the runner; see :meth:`speculators.engine.Engine.generate`."""
-        from speculators.events import STOP_CANCELLED, FinishEvent, GenerationResult, GenerationStats, StatsEvent, StepEvent
+        from speculators.events import StatsEvent, StepEvent
         opts = rp.GenerateOptions(max_tokens, sampling, tuple(stop), stats_interval_s, context_shift, n_keep)
         prompt = list(prompt)
         call = self._open(lambda rid: rp.Generate(rid, prompt, opts))
@@ -303,19 +303,31 @@ class RunnerEngine(RunnerLifeMixin):
                 yield ev
         except StuckAfterCancel:
             # stopped, but stuck in native code: killed; the reply ends as stopped with what it had
-            stats = last_stats or GenerationStats(n_prompt=len(prompt))
-            stats.n_generated = len(tokens)
-            yield FinishEvent(GenerationResult("".join(t.text for t in tokens), [t.id for t in tokens],
-                                               [t.drafted_by for t in tokens], [t.draft_pos for t in tokens],
-                                               STOP_CANCELLED, stats,
-                                               "stopped; the model runner did not respond and was restarted"))
+            yield self._stopped(prompt, tokens, last_stats,
+                                "stopped; the model runner did not respond and was restarted")
             self._restart_soon()
+            return
+        except Abandoned:
+            if not cancelled():
+                raise
+            # stopped before the runner began it (it was still queued there): an empty reply, stopped
+            yield self._stopped(prompt, tokens, last_stats, "stopped before it began")
             return
         finally:
             events.close()
             if self._reply is call:
                 self._reply = None
         self._crashes.clear()
+
+    @staticmethod
+    def _stopped(prompt: Sequence[int], tokens: list, last_stats: Any, why: str) -> Any:
+        """The end of a reply that was stopped with ``tokens`` written."""
+        from speculators.events import STOP_CANCELLED, FinishEvent, GenerationResult, GenerationStats
+        stats = last_stats or GenerationStats(n_prompt=len(prompt))
+        stats.n_generated = len(tokens)
+        return FinishEvent(GenerationResult("".join(t.text for t in tokens), [t.id for t in tokens],
+                                            [t.drafted_by for t in tokens], [t.draft_pos for t in tokens],
+                                            STOP_CANCELLED, stats, why))
 
     def warm(self, prompt: Sequence[int], cancel: Callable[[], bool] | None = None) -> int:
         """Read ``prompt`` ahead of a reply (see :meth:`speculators.engine.Engine.warm`); a

@@ -65,6 +65,11 @@ MODEL_FIELDS: list[Field] = [
     ("chat.max_tokens", "max reply tokens", "int"),
 ]
 
+#: the Server group's fields (the switch that starts serving is the pane's own)
+SERVE_FIELDS: list[Field] = [
+    ("serve.port", "port", "int"),
+]
+
 _DEFAULT_SPEC = SpecParams()
 _DEFAULT_SAMPLING = default_sampling()
 
@@ -107,6 +112,8 @@ def field_hint(key: str, kind: str) -> str:
                 "model.tensor_split": "e.g. 3,1 · empty: by free memory"}.get(key, "")
     elif section == "chat":
         return "default 1024"
+    elif section == "serve":
+        return "default 8080 (llama-server's) · 127.0.0.1 only"
     else:
         d = get_dotted(_DEFAULT_SPEC, key)
     if key in _SPEC_HINTS:
@@ -135,6 +142,8 @@ def field_error(key: str, kind: str, value: Any) -> str | None:
         return None
     if section == "chat":
         return "must be at least 1" if value < 1 else None
+    if section == "serve":
+        return "a port from 1 to 65535" if not 1 <= value <= 65535 else None
     if section != "sampling" and kind == "path" and name in ("lookup_cache_static", "model") \
             and value and not Path(value).is_file():
         return "no such file"
@@ -148,6 +157,9 @@ class SettingsResult:
     model: ModelOptions
     max_tokens: int
     overflow: str = "rolling"
+    #: the Server group: serve the model over HTTP on 127.0.0.1 (None: the pane did not say), on this port
+    serve: bool | None = None
+    serve_port: int | None = None
 
 
 #: llama.cpp makes a context a multiple of this (llama_context pads n_ctx: -c 128 gives 256)

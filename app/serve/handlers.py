@@ -26,7 +26,7 @@ from speculators.sampling import SamplingParams
 from .errors import ApiError
 from .responses import Reply
 from .schema import Job, parse_body
-from .worker import EngineWorker, Record, now
+from .worker import NO_WATCH, EngineWorker, Record, RequestInfo, Watch, now
 
 log = logging.getLogger("draftlight.serve")
 
@@ -46,6 +46,8 @@ class Settings:
     sampling: SamplingParams
     max_tokens: int | None
     max_body_bytes: int
+    #: told of each generation request (:class:`~app.serve.worker.Watch`); None: nobody watches
+    observe: Callable[[RequestInfo], Watch] | None = None
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -144,7 +146,9 @@ async def _generate(request: web.Request, job: Job) -> web.StreamResponse:
     cancel = threading.Event()
     watcher = asyncio.create_task(_watch(request, cancel))
     rec = Record(request.path, "error")
+    watch = s.observe(RequestInfo(request.remote or "", request.path, job)) if s.observe else NO_WATCH
     worker.pending += 1
+    worker.active.add(cancel)
     try:
         async with worker.lock:
             t0 = now()
@@ -165,13 +169,14 @@ async def _generate(request: web.Request, job: Job) -> web.StreamResponse:
             if job.kind == "chat":                 # the transcript's next turn ends the reply, as in the chat
                 stop += [x for x in (engine.template.stop_strings or ()) if x not in stop]
             max_tokens = job.max_tokens if job.max_tokens is not None else n_ctx - len(prompt)
+            watch.started(len(prompt))
             reply = Reply(job, s.model_id, prompt, _chain_names(engine))
             gen = worker.generate(prompt, cancel, max_tokens=max_tokens, sampling=job.sampling, stop=stop,
                                   stats_interval_s=3600.0)
             try:
                 if job.stream:
-                    return await _stream(request, gen, reply, rec)
-                return await _whole(gen, reply, rec)
+                    return await _stream(request, gen, reply, rec, watch)
+                return await _whole(gen, reply, rec, watch)
             finally:
                 await gen.close()
                 rec.seconds = now() - t0
@@ -180,10 +185,12 @@ async def _generate(request: web.Request, job: Job) -> web.StreamResponse:
         raise
     finally:
         worker.pending -= 1
+        worker.active.discard(cancel)
         watcher.cancel()
         if rec.finish_reason == "error" and not rec.error:
             rec.error = "the request failed"
         worker.record(rec)
+        watch.ended(rec)
         log.info("%s", rec.line())
 
 
@@ -194,7 +201,7 @@ def _note(rec: Record, reply: Reply) -> None:
     rec.n_drafted, rec.n_accepted, rec.tokens_per_s = st.n_drafted, reply.figures.n_accepted, st.tokens_per_s
 
 
-async def _whole(gen, reply: Reply, rec: Record) -> web.Response:
+async def _whole(gen, reply: Reply, rec: Record, watch: Watch = NO_WATCH) -> web.Response:
     while True:
         try:
             ev = await gen.next()
@@ -206,8 +213,10 @@ async def _whole(gen, reply: Reply, rec: Record) -> web.Response:
             break
         if isinstance(ev, StepEvent):
             reply.add(ev)
+            watch.step(ev)
         elif isinstance(ev, FinishEvent):
             reply.finish(ev.result)
+            watch.finished(ev.result)
     if reply.result is None:
         rec.error = "the reply ended without its result"
         return error_response(ApiError.server(rec.error))
@@ -219,7 +228,8 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 
 
-async def _stream(request: web.Request, gen, reply: Reply, rec: Record) -> web.StreamResponse:
+async def _stream(request: web.Request, gen, reply: Reply, rec: Record,
+                  watch: Watch = NO_WATCH) -> web.StreamResponse:
     """Server-sent events; the headers go with the first event, so that a failure before it
     (the prompt's reading) is a plain error answer with its status, as in llama-server."""
     resp: web.StreamResponse | None = None
@@ -248,10 +258,12 @@ async def _stream(request: web.Request, gen, reply: Reply, rec: Record) -> web.S
                 break
             if isinstance(ev, StepEvent):
                 chunk = reply.chunk(reply.add(ev))
+                watch.step(ev)
                 if chunk is not None:
                     await send(_sse(chunk))
             elif isinstance(ev, FinishEvent):
                 reply.finish(ev.result)
+                watch.finished(ev.result)
         if reply.result is None:
             rec.error = "the reply ended without its result"
             if resp is None:

@@ -29,6 +29,7 @@ counts.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from typing import Any, Sequence
@@ -113,8 +114,9 @@ class Reply:
         if self._lstrip:
             # as the chat shows a reply: a transcript's "Assistant:" is followed by a space the
             # reply does not begin with (the template puts it back when the reply is sent again)
-            for t in toks:
-                t.text = t.text.lstrip()
+            # (on copies: the step's tokens are also the Server screen's, which strips them itself)
+            for i, t in enumerate(toks):
+                toks[i] = t = dataclasses.replace(t, text=t.text.lstrip())
                 if t.text:
                     self._lstrip = False
                     break

@@ -18,6 +18,7 @@ request naming another host, or sent from a page of another origin, is refused (
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hmac
 import os
@@ -34,11 +35,13 @@ from speculators.sampling import SamplingParams
 from .errors import ApiError, ServeError
 from .handlers import SETTINGS, WORKER, Settings, endpoint, error_response, health, models
 from .schema import parse_chat, parse_completion, parse_completions
-from .worker import EngineWorker
+from .worker import EngineWorker, RequestInfo, Watch
 
 #: the largest request body read (llama-server has no limit of its own; 8 MiB holds ~2M tokens of text)
 MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = ("/health", "/v1/health")
+#: seconds a closing server gives the requests in progress to end
+SHUTDOWN_GRACE_S = 2.0
 
 
 # ---------------------------------------------------------------------------
@@ -124,10 +127,11 @@ def _check_local(request: web.Request) -> None:
 def make_app(engine: Any, *, model_id: str, api_key: str | None, loopback: bool,
              sampling: SamplingParams | None = None, max_tokens: int | None = None,
              max_body_bytes: int = MAX_BODY_BYTES,
-             learn: Callable[[list[int]], Any] | None = None) -> web.Application:
+             learn: Callable[[list[int]], Any] | None = None,
+             observe: Callable[[RequestInfo], Watch] | None = None) -> web.Application:
     app = web.Application(middlewares=[_guard], client_max_size=max_body_bytes)
     app[SETTINGS] = Settings(engine, model_id, api_key, loopback, sampling or SamplingParams(), max_tokens,
-                             max_body_bytes)
+                             max_body_bytes, observe)
     app[WORKER] = EngineWorker(engine, learn=learn)
     r = app.router
     for path in PUBLIC_PATHS:
@@ -194,15 +198,23 @@ class ServerHandle:
         loop, thread = self._loop, self._thread
         if loop is None or thread is None or self._stopped.is_set():
             return
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(RuntimeError, TimeoutError, concurrent.futures.TimeoutError):
             asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout)
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout)
 
     async def _shutdown(self) -> None:
+        """Stop listening and end the requests in progress: their generations are stopped now
+        (each client gets the reply as far as it was written), and each request's own ending
+        (its record, its observer's ``ended``) runs before the loop stops."""
+        for cancel in list(self.worker.active):
+            cancel.set()
         if self._runner is not None:
             await self._runner.cleanup()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if others:
+            await asyncio.wait(others, timeout=SHUTDOWN_GRACE_S)
         self.worker.shutdown()
 
     def __enter__(self) -> "ServerHandle":
@@ -215,12 +227,15 @@ class ServerHandle:
 def start_server(engine: Any, host: str = "127.0.0.1", port: int = 8080, *, api_key: str | None = None,
                  model_id: str | None = None, sampling: SamplingParams | None = None,
                  max_tokens: int | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-                 learn: Callable[[list[int]], Any] | None = None) -> ServerHandle:
+                 learn: Callable[[list[int]], Any] | None = None,
+                 observe: Callable[[RequestInfo], Watch] | None = None) -> ServerHandle:
     """Serve ``engine`` (a :class:`~app.runner.RunnerEngine`, loaded, its speculation set) on
     ``host:port`` (0: a free port, :attr:`ServerHandle.port` says which) from a thread of its
     own; returns once it listens. ``sampling``: the defaults a request's fields override;
     ``max_tokens``: a reply's limit where a request sets none (None: until the context is full).
     ``learn``: teaches the lookup caches each finished conversation (:class:`EngineWorker`).
+    ``observe``: called with each generation request as it arrives; its
+    :class:`~app.serve.worker.Watch` is told how the request goes (the chat's Server screen).
 
     Raises :class:`ServeError` for an address other than loopback without ``api_key``, or one
     it cannot listen on.
@@ -228,7 +243,7 @@ def start_server(engine: Any, host: str = "127.0.0.1", port: int = 8080, *, api_
     warnings = check_bind(host, api_key)
     app = make_app(engine, model_id=model_id or default_model_id(engine), api_key=api_key,
                    loopback=is_loopback(host), sampling=sampling, max_tokens=max_tokens,
-                   max_body_bytes=max_body_bytes, learn=learn)
+                   max_body_bytes=max_body_bytes, learn=learn, observe=observe)
     handle = ServerHandle(host, port, app, warnings)
     ready = threading.Event()
     failed: list[BaseException] = []
@@ -238,7 +253,8 @@ def start_server(engine: Any, host: str = "127.0.0.1", port: int = 8080, *, api_
         asyncio.set_event_loop(loop)
         handle._loop = loop
         try:
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            # requests in progress at a close get SHUTDOWN_GRACE_S to end (their generations are stopped)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S)
             loop.run_until_complete(runner.setup())
             handle._runner = runner
             site = web.TCPSite(runner, host, port)

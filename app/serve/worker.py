@@ -68,6 +68,38 @@ class Record:
                 f"finish: {self.finish_reason}, {self.seconds:.2f} s")
 
 
+@dataclass
+class RequestInfo:
+    """What an observer is told of a request as it arrives."""
+
+    client: str          #: the client's address ("" where unknown)
+    endpoint: str        #: the path it was sent to
+    job: Any             #: its :class:`~app.serve.schema.Job`
+
+
+class Watch:
+    """An observer's view of one request (``observe`` in :func:`~app.serve.start_server`); this
+    base does nothing. Its methods are called on the server's event loop, in this order:
+    :meth:`started` once the prompt is read and fits (never for a request refused before),
+    :meth:`step` for each verify step, :meth:`finished` with the result, and :meth:`ended`
+    always, with the request's :class:`Record`. They must return at once and raise nothing."""
+
+    def started(self, n_prompt: int) -> None:
+        pass
+
+    def step(self, ev: Any) -> None:
+        pass
+
+    def finished(self, result: Any) -> None:
+        pass
+
+    def ended(self, rec: "Record") -> None:
+        pass
+
+
+NO_WATCH = Watch()
+
+
 class Generation:
     """One generation running in the worker thread: :meth:`next` gives its events in order
     (None at the end; an engine error is raised); :meth:`close` stops it and waits for the
@@ -137,6 +169,10 @@ class EngineWorker:
         self.finished: collections.deque[Record] = collections.deque(maxlen=keep)
         #: requests waiting for the lock or generating now
         self.pending = 0
+        #: the server stopped: no more engine calls
+        self.closed = False
+        #: the cancel events of the requests in progress (set when the server stops)
+        self.active: set[threading.Event] = set()
 
     @property
     def lock(self) -> asyncio.Lock:
@@ -150,10 +186,17 @@ class EngineWorker:
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)`` in the worker thread (an engine call: ``prompt_tokens``)."""
+        self._check_open()
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args, **kw))
 
     def generate(self, prompt: Sequence[int], cancel: threading.Event, **kw: Any) -> Generation:
+        self._check_open()
         return Generation(self, prompt, cancel, **kw)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            from .errors import ApiError
+            raise ApiError("the server is stopping", "unavailable_error")
 
     def learn_from(self, tokens: list[int]) -> None:
         """Teach the caches ``tokens`` (in the worker thread); a failure is logged, not raised:
@@ -171,6 +214,7 @@ class EngineWorker:
         self.finished.append(rec)
 
     def shutdown(self) -> None:
+        self.closed = True
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 

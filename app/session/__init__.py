@@ -31,11 +31,13 @@ from .core import ChatSession
 from .engine import ChatEngine, EngineFactory, Post, Progress, default_engine_factory, uses_lookup_caches
 from .events import (ContextTrimmed, EngineFailed, EngineReady, HistoryNotice, LoadProgress, LookupSaved, ReadAhead,
                      ReplyDone, ReplyFailed, ReplyProgress, RunnerStopped, SessionEvent, SpecApplied,
-                     StaticBuildProgress, StaticBuilt)
+                     ServeChanged, ServedDone, ServedProgress, StaticBuildProgress, StaticBuilt)
 from .reply import ReplyJob
+from .serving import ServedRequest
 
 __all__ = ["ChatSession", "Turn", "ReplyJob", "SessionError", "ChatEngine", "EngineFactory", "Post", "Progress",
            "default_engine_factory", "uses_lookup_caches", "ContextOverflow", "fit_to_context", "reply_room",
            "suggest_ctx", "system_tokens", "SessionEvent", "LoadProgress", "EngineReady", "EngineFailed",
            "SpecApplied", "ReplyProgress", "ContextTrimmed", "ReplyDone", "ReplyFailed", "LookupSaved",
-           "HistoryNotice", "StaticBuildProgress", "StaticBuilt", "RunnerStopped", "ReadAhead"]
+           "HistoryNotice", "StaticBuildProgress", "StaticBuilt", "RunnerStopped", "ReadAhead",
+           "ServeChanged", "ServedProgress", "ServedDone", "ServedRequest"]

@@ -43,18 +43,20 @@ from .chats import ChatsMixin
 from .conversation import SessionError, Turn
 from .engine import ChatEngine, EngineFactory, Post, default_engine_factory
 from .events import (ContextTrimmed, EngineFailed, EngineReady, LookupSaved, ReadAhead, ReplyDone, ReplyFailed,
-                     ReplyProgress, RunnerStopped, SpecApplied, StaticBuilt)
+                     ReplyProgress, RunnerStopped, ServedDone, ServedProgress, SpecApplied, StaticBuilt)
 from .lab_requests import LabMixin
 from .loading import LoadingMixin
 from .lookup import LookupMixin
 from .read_ahead import ReadAheadMixin
 from .reply import ReplyMixin
 from .saving import SavingMixin
+from .serving import ServeMixin
 
 __all__ = ["ChatSession"]
 
 
-class ChatSession(LoadingMixin, ReplyMixin, ReadAheadMixin, ChatsMixin, SavingMixin, LookupMixin, LabMixin):
+class ChatSession(LoadingMixin, ReplyMixin, ReadAheadMixin, ChatsMixin, SavingMixin, LookupMixin, LabMixin,
+                  ServeMixin):
     """See the module docstring; each base class is one of the session's jobs."""
 
     #: seconds the runner is given to save its caches and exit when the chat closes (then it is killed)
@@ -82,6 +84,7 @@ class ChatSession(LoadingMixin, ReplyMixin, ReadAheadMixin, ChatsMixin, SavingMi
         self._init_loading()
         self._init_reply()
         self._init_read_ahead()
+        self._init_serving()
         self.chat_id: int | None = None
         self.title = ""
         self.system_prompt = self.config.system_prompt
@@ -215,7 +218,8 @@ class ChatSession(LoadingMixin, ReplyMixin, ReadAheadMixin, ChatsMixin, SavingMi
                 ReplyProgress: self._on_ReplyProgress, ContextTrimmed: self._on_ContextTrimmed,
                 ReplyDone: self._on_ReplyDone, ReplyFailed: self._on_ReplyFailed,
                 RunnerStopped: self._on_RunnerStopped, LookupSaved: self._on_LookupSaved,
-                StaticBuilt: self._on_StaticBuilt}
+                StaticBuilt: self._on_StaticBuilt, ServedProgress: self._on_ServedProgress,
+                ServedDone: self._on_ServedDone}
 
     # -- the end ---------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
@@ -230,6 +234,7 @@ class ChatSession(LoadingMixin, ReplyMixin, ReadAheadMixin, ChatsMixin, SavingMi
             with contextlib.suppress(HistoryError):
                 self.history.set_timeout(self.HISTORY_WAIT_CLOSING_S)
         self._detach_job()
+        self._close_serving()        # (after the reply's stop: a request waiting behind it ends at once)
         if job is None:
             self._retry_unsaved()     # (a reply's save, just above, tried them)
         if self._build_cancel is not None:

@@ -19,7 +19,7 @@ from speculators.events import GenerationResult
 
 __all__ = ["LoadProgress", "EngineReady", "EngineFailed", "SpecApplied", "ReplyProgress", "ContextTrimmed",
            "ReplyDone", "ReplyFailed", "LookupSaved", "HistoryNotice", "StaticBuildProgress", "StaticBuilt",
-           "RunnerStopped", "ReadAhead", "SessionEvent"]
+           "RunnerStopped", "ReadAhead", "ServeChanged", "ServedProgress", "ServedDone", "SessionEvent"]
 
 
 @dataclass
@@ -133,6 +133,29 @@ class ReadAhead:
     tokens: int = 0
 
 
+@dataclass
+class ServeChanged:
+    """The chat's server started (``url``: where it listens; ``warnings``: what its address
+    means) or stopped (``url`` None; ``error``: why, where it was not asked to)."""
+    url: str | None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ServedProgress:
+    """A served request arrived (``new``: its :class:`~app.session.serving.ServedRequest`) or
+    moved on; coalesced as :class:`ReplyProgress` is."""
+    rid: int
+    new: Any = None
+
+
+@dataclass
+class ServedDone:
+    """A served request ended (answered, failed, or its client left)."""
+    rid: int
+
+
 SessionEvent = (LoadProgress | EngineReady | EngineFailed | SpecApplied | ReplyProgress
                 | ContextTrimmed | ReplyDone | ReplyFailed | LookupSaved | StaticBuildProgress | StaticBuilt
-                | RunnerStopped | ReadAhead | HistoryNotice)
+                | RunnerStopped | ReadAhead | HistoryNotice | ServeChanged | ServedProgress | ServedDone)

@@ -37,13 +37,17 @@ class LabMixin:
             return ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 
     def run_lab(self, configs: Sequence[Any], *, turn: int | None = None, text: str | None = None,
-                rounds: int = 3, max_tokens: int = 128, progress: Callable[[int, int, str], None] | None = None,
+                served: int | None = None, rounds: int = 3, max_tokens: int = 128,
+                progress: Callable[[int, int, str], None] | None = None,
                 cancel: Callable[[], bool] | None = None) -> Any:
         """Run the Lab (:func:`app.lab.run_lab`) on the loaded model, in the calling thread.
 
         The prompt is the conversation up to the person's message at ``turn`` (default: their
-        latest), or ``text`` alone. The chat's own speculation is put back afterwards, whatever
-        happens. Raises :class:`SessionError` while a reply is being written or no model is loaded.
+        latest), ``text`` alone (as the person's message), or the served request ``served`` (its
+        id in :attr:`served`): its messages through the model's template, or its text as it was
+        sent (raw, as a completion's prompt). The chat's own speculation is put back afterwards,
+        whatever happens. Raises :class:`SessionError` while a reply is being written, no model
+        is loaded, or that request is no longer kept. (A request that gave token ids is run on them.)
         """
         from ..lab import run_lab
         if self.job is not None:
@@ -51,7 +55,21 @@ class LabMixin:
         engine = self.engine
         if engine is None:
             raise SessionError("no model is loaded")
-        if text is None:
+        raw_text: str | None = None
+        msgs: list[dict] | None = None
+        ids: list[int] | None = None
+        if served is not None:
+            req = self.served_request(served)
+            if req is None:
+                raise SessionError(f"served request #{served} is no longer kept")
+            if req.messages is not None:
+                msgs = [dict(m) for m in req.messages]
+            elif req.prompt_ids is not None:
+                ids = list(req.prompt_ids)
+            else:
+                raw_text = req.text or ""
+            label = req.label
+        elif text is None:
             prompts = self.lab_prompts()
             if not prompts:
                 raise SessionError("no message to run the Lab on: send one, or give a file")
@@ -65,7 +83,12 @@ class LabMixin:
         store = self.store
         with self.engine_lock:
             try:
-                prompt = engine.prompt_tokens(messages=msgs)
+                if ids is not None:
+                    prompt = ids
+                elif raw_text is not None:
+                    prompt = engine.prompt_tokens(text=raw_text, raw=True)
+                else:
+                    prompt = engine.prompt_tokens(messages=msgs)
                 n_ctx = int(getattr(getattr(engine, "ctx", None), "n_ctx", 0) or 0)
                 if n_ctx and len(prompt) + max_tokens >= n_ctx:
                     raise SessionError(f"the prompt ({len(prompt)} tokens) and {max_tokens} more do not fit the "

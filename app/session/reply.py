@@ -91,7 +91,10 @@ class ReplyMixin:
 
     def _stop_engine_now(self) -> None:
         """Tell the engine to stop the reply at once (a runner acts on it now; the reply thread
-        would only see its cancel flag at its next look)."""
+        would only see its cancel flag at its next look). Not while a served request holds the
+        engine (the reply waits for it, and sees its cancel flag before it starts)."""
+        if getattr(self, "serving_holds_engine", False):
+            return
         stop_now = getattr(self.engine, "stop", None)
         if callable(stop_now):
             stop_now()

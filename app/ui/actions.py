@@ -71,6 +71,10 @@ ACTIONS: tuple[ActionSpec, ...] = (
                "Edit the system prompt: this chat's, and the default for new chats", "Chat"),
     ActionSpec("lab", "f8", "Lab", "Which speculation pays on this prompt: configurations side by side, "
                "on the loaded model", "View"),
+    ActionSpec("server", "f9", "Server",
+               "Serve the model over HTTP (OpenAI's API, 127.0.0.1) and watch the requests as they come: "
+               "Ctrl+T there starts or stops serving (never at launch by itself), Ctrl+L takes one to the Lab",
+               "View"),
     ActionSpec("stop", "escape", "Stop", "Stop the reply at once (keeps what was written)", "Chat", show=True),
     ActionSpec("regenerate", "ctrl+r", "Regenerate", "Write the last reply again", "Chat", show=True,
                bar="Retry"),

@@ -20,9 +20,9 @@ The app is composed of parts, one job each (:class:`~app.ui.app_part.AppPart`): 
 events (:mod:`app.ui.session_events`), the pacing of a streaming reply's paints
 (:mod:`app.ui.painting`), the actions on chats, replies, settings and the view
 (:mod:`app.ui.chat_actions`, :mod:`app.ui.reply_actions`, :mod:`app.ui.settings_actions`,
-:mod:`app.ui.view_actions`) and the commands (:mod:`app.ui.commands`, from
-:data:`app.ui.actions.ACTIONS`). This module holds the layout, the welcome screen, the bars,
-loading, sending and the conversation's views. May touch: its widgets and screens; the session
+:mod:`app.ui.view_actions`), serving the model (:mod:`app.ui.server_actions`) and the commands
+(:mod:`app.ui.commands`, from :data:`app.ui.actions.ACTIONS`). This module holds the layout, the
+welcome screen, the bars, loading, sending and the conversation's views. May touch: its widgets and screens; the session
 through its public methods.
 """
 
@@ -54,6 +54,7 @@ from .chat_actions import ChatActions
 from .commands import Commands
 from .painting import ReplyPainting
 from .reply_actions import ReplyActions
+from .server_actions import ServerActions
 from .session_events import SessionEvents, SessionMessage
 from .settings_actions import SettingsActions
 from .themes import to_textual
@@ -85,7 +86,7 @@ def downloads_folder() -> Path:
 
 
 class DraftlightApp(SessionEvents, ReplyPainting, ChatActions, ReplyActions, SettingsActions,
-                    ViewActions, Commands, App[int]):
+                    ViewActions, ServerActions, Commands, App[int]):
     """Chat with a local model; drafted tokens light up in their speculator's colour."""
 
     TITLE = "draftlight"
@@ -318,7 +319,8 @@ class DraftlightApp(SessionEvents, ReplyPainting, ChatActions, ReplyActions, Set
         s = self.session
         types = s.active_types
         spec = (", ".join(types) if types else "no speculation") if s.engine is not None else ""
-        top.show(s.model_label, spec, self.shown_state(), s.title, len(types), auto=self._running_auto())
+        top.show(s.model_label, spec, self.shown_state(), s.title, len(types), auto=self._running_auto(),
+                 serving=self.serving_label())
         waiting = s.configured_types if s.engine is None else []
         legend.show(types, self.draft_styles, self.colouring, self.off_view, self._hover, s.skipped, waiting)
 

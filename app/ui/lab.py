@@ -1,5 +1,8 @@
 """The Lab screen: run configurations side by side on the chat's own model and prompt.
 
+The prompt: one of the person's messages (the conversation up to it), a request the chat served
+(its messages or text, "served: …", newest first), or a file.
+
 UI → session (:meth:`app.session.ChatSession.run_lab`, in a thread worker) → engine; the
 worker reports progress with ``call_from_thread`` and stops when Cancel (or Esc) asks; the
 result (:class:`app.lab.LabReport`) fills a sortable table, two plots (acceptance by draft
@@ -93,8 +96,10 @@ class LabScreen(Screen[None]):
             self.spec = spec
 
     def __init__(self, session: Any, *, styles: dict | None = None, prompt_file: str | None = None,
-                 history: Any = None):
+                 history: Any = None, served: int | None = None):
         super().__init__()
+        #: the served request highlighted as the prompt when the Lab opens (None: the latest message)
+        self.served = served
         self.session = session
         self.draft_styles = styles or {}
         self.history = history
@@ -114,10 +119,14 @@ class LabScreen(Screen[None]):
         with VerticalScroll(id="lab-scroll"):
             yield Static("Prompt", classes="l-section")
             prompts = self.session.lab_prompts() if self.session is not None else []
-            if prompts:
-                yield Static("One of your messages (the conversation up to it is the prompt), or a file:",
+            served = list(reversed(getattr(self.session, "served", ()) or ()))
+            if prompts or served:
+                yield Static("One of your messages (the conversation up to it is the prompt), a served "
+                             "request, or a file:" if served else
+                             "One of your messages (the conversation up to it is the prompt), or a file:",
                              classes="l-note")
                 yield OptionList(*[Option(text.replace("\n", " ")[:90], id=f"turn-{i}") for i, text in prompts],
+                                 *[Option(f"served: {req.label}"[:90], id=f"served-{req.rid}") for req in served],
                                  id="lab-prompts")
             else:
                 yield Static("No message in this chat yet: give a file, or send a message first.",
@@ -167,7 +176,7 @@ class LabScreen(Screen[None]):
         self._fill_configs("Quick")
         ol = self.query("#lab-prompts")
         if ol:
-            ol.first().highlighted = ol.first().option_count - 1
+            self._highlight_prompt(ol.first())
         table = self.query_one("#lab-table", DataTable)
         for key, heading in COLUMNS:
             table.add_column(heading, key=key)
@@ -181,6 +190,17 @@ class LabScreen(Screen[None]):
         if runs:
             self.show_report(runs[0], saved=False)
             self._status(f"The last run ({len(runs[0].results)} configurations) is shown; Run measures again.")
+
+    def _highlight_prompt(self, ol: OptionList) -> None:
+        """The served request the Lab was opened on, else the person's latest message, else the
+        newest served request."""
+        ids = [ol.get_option_at_index(i).id or "" for i in range(ol.option_count)]
+        wanted = f"served-{self.served}" if self.served is not None else None
+        if wanted in ids:
+            ol.highlighted = ids.index(wanted)
+            return
+        turns = [i for i, oid in enumerate(ids) if oid.startswith("turn-")]
+        ol.highlighted = turns[-1] if turns else 0
 
     def _fill_configs(self, preset: str) -> None:
         sl = self.query_one("#lab-configs", SelectionList)
@@ -200,7 +220,7 @@ class LabScreen(Screen[None]):
         st.update(text)
         st.set_class(error, "-error")
 
-    def _read(self) -> tuple[list[LabConfig], int | None, str | None, int, int] | None:
+    def _read(self) -> tuple[list[LabConfig], int | None, str | None, int | None, int, int] | None:
         try:
             rounds = int(self.query_one("#lab-rounds", Input).value)
             tokens = int(self.query_one("#lab-tokens", Input).value)
@@ -215,7 +235,7 @@ class LabScreen(Screen[None]):
             self._status("choose at least one configuration besides none", error=True)
             return None
         path = self.query_one("#lab-file", Input).value.strip()
-        text = turn = None
+        text = turn = served = None
         if path:
             try:
                 text = Path(path).expanduser().read_text(encoding="utf-8", errors="replace").strip()
@@ -230,8 +250,13 @@ class LabScreen(Screen[None]):
             if not ol or ol.first().highlighted is None:
                 self._status("no prompt: send a message in the chat first, or give a file", error=True)
                 return None
-            turn = int((ol.first().get_option_at_index(ol.first().highlighted).id or "turn-0")[5:])
-        return chosen, turn, text, rounds, tokens
+            oid = ol.first().get_option_at_index(ol.first().highlighted).id or "turn-0"
+            kind, _, number = oid.partition("-")
+            if kind == "served":
+                served = int(number)
+            else:
+                turn = int(number)
+        return chosen, turn, text, served, rounds, tokens
 
     def action_run(self) -> None:
         if self.running:
@@ -239,7 +264,7 @@ class LabScreen(Screen[None]):
         got = self._read()
         if got is None:
             return
-        chosen, turn, text, rounds, tokens = got
+        chosen, turn, text, served, rounds, tokens = got
         self._cancel.clear()
         self.running = True
         self.query_one("#lab-run", Button).disabled = True
@@ -248,17 +273,18 @@ class LabScreen(Screen[None]):
         bar.update(total=len(chosen + ([] if any(c.name == "none" for c in chosen) else [None])) * rounds,
                    progress=0)
         self._status("starting…")
-        self._worker(chosen, turn, text, rounds, tokens)
+        self._worker(chosen, turn, text, served, rounds, tokens)
 
     @work(thread=True, exclusive=True, group="lab")
-    def _worker(self, configs: list[LabConfig], turn: int | None, text: str | None, rounds: int,
-                tokens: int) -> None:
+    def _worker(self, configs: list[LabConfig], turn: int | None, text: str | None, served: int | None,
+                rounds: int, tokens: int) -> None:
         worker = get_current_worker()
 
         def cancelled() -> bool:
             return worker.is_cancelled or self._cancel.is_set()
         try:
-            report = self.session.run_lab(configs, turn=turn, text=text, rounds=rounds, max_tokens=tokens,
+            report = self.session.run_lab(configs, turn=turn, text=text, served=served, rounds=rounds,
+                                          max_tokens=tokens,
                                           progress=lambda d, t, what: self.app.call_from_thread(
                                               self._progress, d, t, what), cancel=cancelled)
         except Cancelled:

@@ -66,7 +66,8 @@ class SessionEvents(AppPart):
                 sess.ReplyFailed: self._ui_ReplyFailed, sess.RunnerStopped: self._ui_RunnerStopped,
                 sess.ReadAhead: self._ui_ReadAhead, sess.LookupSaved: self._ui_LookupSaved,
                 sess.StaticBuildProgress: self._ui_StaticBuildProgress, sess.StaticBuilt: self._ui_StaticBuilt,
-                sess.HistoryNotice: self._ui_HistoryNotice}
+                sess.HistoryNotice: self._ui_HistoryNotice, sess.ServeChanged: self._ui_ServeChanged,
+                sess.ServedProgress: self._ui_ServedProgress, sess.ServedDone: self._ui_ServedDone}
 
     def _ui_LoadProgress(self, ev: sess.LoadProgress) -> None:
         self.query_one(LoadPanel).show_progress(ev.phase, ev.done, ev.total)
@@ -227,6 +228,21 @@ class SessionEvents(AppPart):
             self.notify(f"Static cache built: {info.get('entries', 0):,} entries from "
                         f"{info.get('tokens', 0):,} tokens.", timeout=5)
         self._refresh_stats()
+
+    def _ui_ServeChanged(self, ev: sess.ServeChanged) -> None:
+        self.show_serve_changed(ev.url, ev.error, ev.warnings)
+
+    def _ui_ServedProgress(self, ev: sess.ServedProgress) -> None:
+        # (the session has taken the request's news; the Server screen paints them at its pace)
+        screen = self.server_screen()
+        if screen is not None:
+            screen.request_changed(ev.rid)
+
+    def _ui_ServedDone(self, ev: sess.ServedDone) -> None:
+        screen = self.server_screen()
+        if screen is not None:
+            screen.request_changed(ev.rid)
+        self._refresh_stats()          # F4 counts served requests too (the session added this one's)
 
     def _ui_HistoryNotice(self, ev: sess.HistoryNotice) -> None:
         """A save of the chat failed (said once until saving works again), or works again."""

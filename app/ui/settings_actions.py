@@ -1,5 +1,5 @@
-"""The actions on settings: the settings dialog (F3), the Lab (F8), and the static lookup cache
-built from the settings.
+"""The actions on settings: the settings dialog (F3, its Server group applied by
+:mod:`app.ui.server_actions`), the Lab (F8), and the static lookup cache built from the settings.
 
 May touch: the session's settings (through ``apply_settings``), the Settings and Lab screens.
 """
@@ -25,9 +25,12 @@ class SettingsActions(AppPart):
         self.push_screen(SettingsScreen(self.config.spec, self.config.sampling, self.config.model,
                                         self.config.max_tokens, s.engine, overflow=self.config.overflow,
                                         lookup=s.lookup_figures(),
-                                        n_ctx=s.n_ctx if s.engine is not None else None), self._settings_done)
+                                        n_ctx=s.n_ctx if s.engine is not None else None,
+                                        serving=bool(s.serving_url), serve_port=self.serve_port),
+                         self._settings_done)
 
-    def action_lab(self, prompt_file: str | None = None) -> None:
+    def action_lab(self, prompt_file: str | None = None, served: int | None = None) -> None:
+        """The Lab; its prompt: ``prompt_file``, the served request ``served``, or the chat's latest message."""
         from .lab import LabScreen
         if isinstance(self.screen, LabScreen):
             return
@@ -35,7 +38,7 @@ class SettingsActions(AppPart):
             self.notify("The Lab opens once the reply has finished (Esc stops it).", timeout=4)
             return
         self.push_screen(LabScreen(self.session, styles=self.draft_styles, history=self.history,
-                                   prompt_file=prompt_file))
+                                   prompt_file=prompt_file, served=served))
 
     def _lab_use(self, name: str, spec: Any) -> None:
         c = self.config
@@ -52,6 +55,7 @@ class SettingsActions(AppPart):
             return
         outcome = self.session.apply_settings(result.spec, result.sampling, result.model, result.max_tokens,
                                               result.overflow)
+        self.apply_serve_settings(result.serve, result.serve_port)
         if outcome == "reload":
             self.notify("Reloading the model with the new settings…", timeout=3)
             self._show_loading(result.model)

@@ -24,6 +24,9 @@ class ViewActions(AppPart):
         self.palette_version += 1
         for v in self._views():
             v.set_palette(self.draft_styles, self.palette_version)
+        server = self.server_screen()
+        if server is not None:
+            server.set_palette(self.draft_styles, self.palette_version)
         self._refresh_bars()
         self._refresh_stats()
 

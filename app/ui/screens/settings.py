@@ -1,4 +1,5 @@
-"""SettingsScreen: the settings pane (speculation, sampling, model, context overflow, lookup caches).
+"""SettingsScreen: the settings pane (speculation, sampling, model, context overflow, lookup caches,
+the server).
 
 The Textual side only: the fields, how values are parsed, formatted and checked come from
 :mod:`app.settings_form`; which types can be used and the draft models on disk from
@@ -21,7 +22,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Static, Switch
+from textual.widgets import Button, Checkbox, Input, Label, OptionList, ProgressBar, Static, Switch
 from textual.widgets.option_list import Option
 
 from speculators.params import SpecParams
@@ -30,7 +31,7 @@ from speculators.types import PRIORITY, SpecType
 
 from ...model_files import availability, devices_text, discover_draft_models
 from ...options import ModelOptions
-from ...settings_form import (MODEL_FIELDS, OVERFLOW_CHOICES, SAMPLING_FIELDS, SPEC_FIELDS, SPEC_INFO,
+from ...settings_form import (MODEL_FIELDS, OVERFLOW_CHOICES, SAMPLING_FIELDS, SERVE_FIELDS, SPEC_FIELDS, SPEC_INFO,
                               SettingsResult, collect_errors, ctx_hint, field_error, format_value, get_dotted,
                               parse_value, set_dotted)
 from .field_row import FieldRow
@@ -72,6 +73,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
     SettingsScreen #lc-paths { margin: 0 2; }
     SettingsScreen #lc-progress { margin: 0 2; }
     SettingsScreen .s-note { width: 1fr; }
+    SettingsScreen #serve { margin: 1 0 0 2; }
     SettingsScreen #drafts { height: auto; max-height: 10; margin: 0 4 0 4; display: none;
         border: round $panel; border-title-color: $foreground-muted; }
     """
@@ -88,8 +90,11 @@ class SettingsScreen(Screen[SettingsResult | None]):
 
     def __init__(self, spec: SpecParams, sampling: SamplingParams, model: ModelOptions, max_tokens: int,
                  engine: Any, *, overflow: str = "rolling", lookup: dict | None = None,
-                 n_ctx: int | None = None):
+                 n_ctx: int | None = None, serving: bool = False, serve_port: int = 8080):
         super().__init__()
+        #: the Server group: whether the chat serves its model now, and the port it serves on
+        self.serving = serving
+        self.serve_port = serve_port
         #: the context size the loaded model runs with (llama.cpp rounds the one asked for up)
         self.n_ctx = n_ctx
         self.overflow = overflow
@@ -120,6 +125,8 @@ class SettingsScreen(Screen[SettingsResult | None]):
             return format_value(getattr(self.model_opts, name), kind)
         if section == "chat":
             return str(self.max_tokens)
+        if section == "serve":
+            return str(self.serve_port)
         return format_value(get_dotted(self.spec, key), kind)
 
     # The pane holds some two hundred widgets, and Textual lays a widget out in a few
@@ -163,6 +170,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
                  for key, label, kind in MODEL_FIELDS),
                Static(devices_text(getattr(self.engine, "devices", None)), classes="s-note", id="devices")]
         yield self._overflow_and_lookup_group()
+        yield self._server_group()
 
     def _type_group(self, t: SpecType) -> list[Widget]:
         """One speculation type's row (its switch, name and what it does, or why it cannot be
@@ -198,6 +206,18 @@ class SettingsScreen(Screen[SettingsResult | None]):
                            Button("Stop building", id="lc-cancel", compact=True, disabled=True),
                            classes="lookup-actions"),
                 paths, progress]
+
+    def _server_group(self) -> list[Widget]:
+        """The Server group: the switch that serves the model over HTTP on 127.0.0.1, and its port.
+        (A checkbox: the pane's Switches are the speculation types', one each.)"""
+        return [Static("Server", classes="s-section"),
+                Checkbox("Serve the model over HTTP (127.0.0.1)", value=self.serving, id="serve",
+                         compact=True),
+                Static("OpenAI's API under /v1, as draftlight serve gives it; served requests and the "
+                       "chat's replies take turns on the model.", classes="s-note"),
+                *(FieldRow(key, label, kind, self._value(key, kind)) for key, label, kind in SERVE_FIELDS),
+                Static("Serving stops when draftlight quits and is not started again at the next launch. "
+                       "F9 shows the requests as they come.", classes="s-note")]
 
     @property
     def ready(self) -> bool:
@@ -254,6 +274,7 @@ class SettingsScreen(Screen[SettingsResult | None]):
         sampling = dataclasses.replace(self.sampling)
         model = ModelOptions(**self.model_opts.__dict__)
         max_tokens = self.max_tokens
+        serve_port = self.serve_port
         errors: dict[str, str] = {}
         for row in self.query(FieldRow):
             text = row.query_one(Input).value
@@ -274,6 +295,8 @@ class SettingsScreen(Screen[SettingsResult | None]):
                 setattr(model, name, value)
             elif section == "chat":
                 max_tokens = value
+            elif section == "serve":
+                serve_port = value
             else:
                 set_dotted(spec, row.key, value)
         types = []
@@ -288,7 +311,10 @@ class SettingsScreen(Screen[SettingsResult | None]):
         overflow = self.overflow
         if ol.highlighted is not None:
             overflow = (ol.get_option_at_index(ol.highlighted).id or "ov-rolling")[3:]
-        return SettingsResult(spec, sampling, model, max_tokens, overflow), errors
+        serve = self.query("#serve")
+        return SettingsResult(spec, sampling, model, max_tokens, overflow,
+                              serve=bool(serve.first().value) if serve else self.serving,
+                              serve_port=serve_port), errors
 
     def _revalidate(self) -> bool:
         """Check the form and say what is wrong beside each field (False: something is, or the

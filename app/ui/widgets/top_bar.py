@@ -1,4 +1,5 @@
-"""The top bar: app name, model, speculation, chat title and state, fitted to one line.
+"""The top bar: app name, model, speculation, chat title, whether the model is served, and state,
+fitted to one line.
 
 May touch: its own line (it is given what to show).
 """
@@ -17,10 +18,14 @@ class TopBar(OneLine):
     TopBar { dock: top; height: 1; background: $panel; color: $text-muted; padding: 0 1; }
     """
 
-    def show(self, model: str, spec: str, state: str, chat: str = "", n_spec: int = 0, auto: bool = False) -> None:
-        """Name, model and state always; the speculators and the chat title when they fit whole."""
+    def show(self, model: str, spec: str, state: str, chat: str = "", n_spec: int = 0, auto: bool = False,
+             serving: str = "") -> None:
+        """Name, model and state always, and ``serving`` (e.g. "serving :8080": other programs can
+        reach the model) before the state; the speculators and the chat title when they fit whole."""
         width = (self.size.width or 80) - 2
         state_c = Content.styled(state, "$accent" if "…" in state else "$foreground-muted")
+        if serving:
+            state_c = Content.assemble((serving, "bold $success"), "  ·  ", state_c)
         room = max(0, width - state_c.cell_length - 2)
         left = Content.assemble(("draftlight", "bold $primary"), "  ", (model, "$foreground"))
         if spec:
