@@ -80,6 +80,7 @@ def test_the_chat_serves_its_model_to_the_openai_client_and_reports_the_request(
     drain(s, q, lambda: not t.is_alive() and s.served and s.served[-1].done, timeout=120)
     assert "error" not in out, out
     r = out["value"]
+    assert r.model == s.engine.model.path.rsplit("/", 1)[-1] == client(s).models.list().data[0].id
     req = s.served[-1]
     # the request as the session saw it: the same reply, token by token, with who drafted what
     assert req.endpoint == "/v1/chat/completions" and req.kind == "chat" and req.client == "127.0.0.1"

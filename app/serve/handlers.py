@@ -50,6 +50,12 @@ class Settings:
     observe: Callable[[RequestInfo], Watch] | None = None
 
 
+def model_id(s: Settings) -> str:
+    """The model's name in the API: the engine's own where it names the model it has now (the
+    chat's, whose model can change), else the server's."""
+    return getattr(s.engine, "model_id", None) or s.model_id
+
+
 def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
 
@@ -81,7 +87,7 @@ async def models(request: web.Request) -> web.Response:
     with contextlib.suppress(Exception):
         meta = {"n_ctx": engine.ctx.n_ctx, "n_ctx_train": engine.model.n_ctx_train, "n_vocab": engine.model.n_vocab,
                 "description": engine.model.description}
-    model = {"id": s.model_id, "object": "model", "created": int(time.time()), "owned_by": "draftlight",
+    model = {"id": model_id(s), "object": "model", "created": int(time.time()), "owned_by": "draftlight",
              "meta": meta}
     return json_response({"object": "list", "data": [model]})
 
@@ -170,7 +176,7 @@ async def _generate(request: web.Request, job: Job) -> web.StreamResponse:
                 stop += [x for x in (engine.template.stop_strings or ()) if x not in stop]
             max_tokens = job.max_tokens if job.max_tokens is not None else n_ctx - len(prompt)
             watch.started(len(prompt))
-            reply = Reply(job, s.model_id, prompt, _chain_names(engine))
+            reply = Reply(job, model_id(s), prompt, _chain_names(engine))
             gen = worker.generate(prompt, cancel, max_tokens=max_tokens, sampling=job.sampling, stop=stop,
                                   stats_interval_s=3600.0)
             try:

@@ -178,6 +178,11 @@ class SharedEngine:
         return self._engine().chain
 
     @property
+    def model_id(self) -> str:
+        """The name of the model the chat has loaded now (its file's name)."""
+        return self._session._served_model_id()
+
+    @property
     def alive(self) -> bool:
         engine = self._session.engine
         return engine is not None and getattr(engine, "alive", True) is not False
