@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import re
 import shutil
-import threading
 
 import pytest
 
 from app import config as config_mod
 
 from .test_ui_e2e_tmux import COPY_PROMPT, NGRAM_MOD_SGR, Tmux, _args
-from .test_ui_server import free_port
+from .test_ui_server import ask_in_thread, free_port
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]
 
-openai = pytest.importorskip("openai")
+pytest.importorskip("openai")
 pytest.importorskip("aiohttp")
 
 
@@ -49,17 +48,7 @@ def test_the_server_screen_shows_a_served_reply_coloured(tmux, tmp_path, default
     url = f"http://127.0.0.1:{port}"
     tmux.wait_for(re.escape(f"Serving on {url}"))
 
-    answer: dict = {}
-
-    def ask() -> None:
-        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=150)
-        try:
-            answer["r"] = client.chat.completions.create(
-                model="any", messages=[{"role": "user", "content": COPY_PROMPT}], max_tokens=48, temperature=0)
-        except Exception as e:      # (said by the assertion below)
-            answer["error"] = e
-    t = threading.Thread(target=ask)
-    t.start()
+    t, answer = ask_in_thread(url, COPY_PROMPT, max_tokens=48)
     t.join(timeout=180)
     assert not t.is_alive(), "the served request did not end:\n" + tmux.screen()
     assert "error" not in answer, answer.get("error")

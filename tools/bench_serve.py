@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if not tool.built():
         raise SystemExit(f"native llama.cpp not built ({tool.bin_dir()}): python tools/native.py build")
     if a.model:
-        model = a.model
+        model = str(Path(a.model).resolve())        # (draftlight serve runs in a folder of its own)
     else:
         from app.models import default_model_path
         model = str(default_model_path())
