@@ -49,6 +49,7 @@ class ReplyJob:
     started: float = field(default_factory=time.perf_counter)
     thread: threading.Thread | None = None
     lstrip_pending: bool = True            # the reply's leading whitespace is not shown
+    holds_engine: bool = False             # its thread holds the engine lock (Esc may stop the engine)
 
 
 class ReplyMixin:
@@ -91,9 +92,11 @@ class ReplyMixin:
 
     def _stop_engine_now(self) -> None:
         """Tell the engine to stop the reply at once (a runner acts on it now; the reply thread
-        would only see its cancel flag at its next look). Not while a served request holds the
-        engine (the reply waits for it, and sees its cancel flag before it starts)."""
-        if getattr(self, "serving_holds_engine", False):
+        would only see its cancel flag at its next look). Only while the reply's own thread holds
+        the engine: a reply still waiting for it (behind a served request, a read-ahead) sees its
+        cancel flag before it starts, and the engine's generation then is somebody else's."""
+        job = self.job
+        if job is None or not job.holds_engine:
             return
         stop_now = getattr(self.engine, "stop", None)
         if callable(stop_now):
@@ -121,6 +124,7 @@ class ReplyMixin:
             if job.cancel.is_set() and self.engine is not engine:
                 self.post(ReplyFailed(key, "the model was unloaded"))
                 return
+            job.holds_engine = True
             try:
                 prompt, cut = fit_to_context(engine, job.messages, max_tokens, overflow, job.turn_index)
                 if cut is not None:
@@ -148,6 +152,8 @@ class ReplyMixin:
                     msg = f"the reply was cut here: {msg}"
                 self.post(ReplyFailed(key, msg))
                 return
+            finally:
+                job.holds_engine = False       # its generation is over: the engine's next is not its
             # the reply is done before the caches learn it (a runner restarted by a stop loads
             # its model before it can learn: the chat does not wait for that)
             self.post(ReplyDone(key, result))

@@ -100,14 +100,19 @@ class ServedRequest:
 
 
 class _Watch:
-    """A :class:`~app.serve.worker.Watch` that reports one request to the session (server thread)."""
+    """A :class:`~app.serve.worker.Watch` that reports one request to the session (server thread).
+    The running counts are its own (the owner thread only ever reads copies of them)."""
 
     def __init__(self, session: "ServeMixin", req: ServedRequest):
         self.session, self.req = session, req
+        self.n_drafted = self.n_accepted = 0
+        self.by: collections.Counter = collections.Counter()
 
-    def _update(self, **values: Any) -> None:
+    def _update(self, tokens: Sequence[TokenEvent] = (), **values: Any) -> None:
+        """Hand the owner new tokens and values; post a ServedProgress unless one is on its way."""
         req = self.req
         with req.lock:
+            req._new_tokens.extend(tokens)
             req._new.update(values)
             post = not req.signalled
             req.signalled = True
@@ -118,19 +123,12 @@ class _Watch:
         self._update(status="generating", n_prompt=n_prompt)
 
     def step(self, ev: Any) -> None:
-        req = self.req
-        with req.lock:
-            req._new_tokens.extend(ev.tokens)
-            d = req._new
-            d["n_drafted"] = d.get("n_drafted", req.n_drafted) + int(ev.n_drafted or 0)
-            d["n_accepted"] = d.get("n_accepted", req.n_accepted) + int(ev.n_accepted or 0)
-            if ev.n_accepted and ev.drafted_by:
-                by = d.setdefault("by", collections.Counter(req.by))
-                by[ev.drafted_by] += int(ev.n_accepted)
-            post = not req.signalled
-            req.signalled = True
-        if post:
-            self.session.post(ServedProgress(req.rid))
+        self.n_drafted += int(ev.n_drafted or 0)
+        self.n_accepted += int(ev.n_accepted or 0)
+        if ev.n_accepted and ev.drafted_by:
+            self.by[ev.drafted_by] += int(ev.n_accepted)
+        self._update(ev.tokens, n_drafted=self.n_drafted, n_accepted=self.n_accepted,
+                     by=collections.Counter(self.by))
 
     def finished(self, result: Any) -> None:
         with self.req.lock:
@@ -203,11 +201,8 @@ class SharedEngine:
             if cancel is not None and cancel():
                 return                 # the client left while it waited: nothing was generated
         try:
-            engine = self._engine()
-            s.serving_holds_engine = True
-            yield from engine.generate(prompt, cancel=cancel, **kw)
+            yield from self._engine().generate(prompt, cancel=cancel, **kw)
         finally:
-            s.serving_holds_engine = False
             lock.release()
 
 
@@ -221,8 +216,6 @@ class ServeMixin:
         self.served: collections.deque[ServedRequest] = collections.deque(maxlen=KEEP_SERVED)
         self._served_by_id: dict[int, ServedRequest] = {}
         self._rids = itertools.count(1)
-        #: whether a served request holds the engine now (the chat's Esc then leaves it alone)
-        self.serving_holds_engine = False
         #: whether the lookup caches learn what is served
         self.serve_learns = True
         #: the thread closing the last server (stop_serving)
